@@ -1,0 +1,213 @@
+"""The timing protocol every benchmark and speed check uses, and the `python -m scaletrain.bench` entry.
+
+Protocol (DESIGN.md, "Performance evidence"):
+  * warm-up runs first (allocator, caches, lazy init, Triton/CUDA compilation);
+  * candidate and baseline are timed *alternately*, on fresh inputs from `setup()`, so drift of a
+    shared machine (another process, thermal state) hits both equally;
+  * the figure quoted is the **median of per-pair ratios** with p20/p80, never a ratio of means;
+  * on CUDA: events around the call, `synchronize` at the boundaries, L2 flushed between reps;
+  * across ranks: a barrier before each rep and the slowest rank's time (a collective is as
+    slow as its last rank).
+
+Bandwidth helpers follow nccl-tests' conventions: algbw = bytes / time, and busbw = algbw times
+2(p-1)/p for allreduce or (p-1)/p for reduce-scatter and all-gather, so busbw is comparable to
+the link's peak whatever p is.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+__all__ = ["Timing", "Comparison", "time_fn", "compare", "gbps", "busbw", "BUSBW_FACTOR",
+           "format_table", "out_dir", "BENCHMARKS", "main"]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per call over `samples`."""
+    samples: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def p20(self) -> float:
+        return _quantile(self.samples, 0.2)
+
+    @property
+    def p80(self) -> float:
+        return _quantile(self.samples, 0.8)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    candidate: Timing
+    baseline: Timing
+
+    @property
+    def ratios(self) -> tuple[float, ...]:
+        """candidate time / baseline time, pair by pair (> 1 means the candidate is slower)."""
+        return tuple(c / b for c, b in zip(self.candidate.samples, self.baseline.samples))
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(self.ratios)
+
+    @property
+    def ratio_p20(self) -> float:
+        return _quantile(self.ratios, 0.2)
+
+    @property
+    def ratio_p80(self) -> float:
+        return _quantile(self.ratios, 0.8)
+
+
+def _quantile(xs: Sequence[float], q: float) -> float:
+    s = sorted(xs)
+    pos = q * (len(s) - 1)
+    lo, hi = int(pos), min(int(pos) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+class _Clock:
+    """perf_counter on CPU; CUDA events with synchronize at the boundaries on a GPU."""
+
+    def __init__(self, device: str, group: Any = None):
+        self.cuda = device.startswith("cuda")
+        self.group = group
+        self._flush = torch.empty(256 * 2**20, dtype=torch.int8, device=device) if self.cuda else None
+
+    def __call__(self, fn: Callable[..., Any], args: tuple) -> float:
+        if self.cuda:
+            self._flush.zero_()  # evict L2 (50-60 MB on H100) so every rep reads from DRAM
+            torch.cuda.synchronize()
+        if self.group is not None:
+            torch.distributed.barrier(group=self.group)
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn(*args)
+            end.record()
+            torch.cuda.synchronize()
+            return start.elapsed_time(end) / 1e3
+        t0 = time.perf_counter()
+        fn(*args)
+        return time.perf_counter() - t0
+
+
+def _slowest_rank(samples: list[float], group: Any) -> list[float]:
+    if group is None:
+        return samples
+    t = torch.tensor(samples, dtype=torch.float64)
+    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX, group=group)
+    return t.tolist()
+
+
+def time_fn(fn: Callable[..., Any], *, setup: Callable[[], tuple] | None = None, warmup: int = 3,
+            reps: int = 10, device: str = "cpu", group: Any = None) -> Timing:
+    """Time `fn(*setup())`; `group` (a process group) makes every rank call it in lockstep."""
+    return compare(fn, None, setup=setup, warmup=warmup, reps=reps, device=device, group=group).candidate
+
+
+def compare(candidate: Callable[..., Any], baseline: Callable[..., Any] | None, *,
+            setup: Callable[[], tuple] | None = None, warmup: int = 3, reps: int = 10,
+            device: str = "cpu", group: Any = None) -> Comparison:
+    """Time candidate and baseline alternately (who goes first alternates too) on fresh inputs.
+
+    `setup()` returns the argument tuple; it is called before every timed call and is not timed.
+    With `group`, all ranks must call `compare` together; times are the slowest rank's.
+    """
+    clock = _Clock(device, group)
+    fns = [candidate] if baseline is None else [candidate, baseline]
+    make = setup or (lambda: ())
+    for _ in range(warmup):
+        for f in fns:
+            f(*make())
+    times: list[list[float]] = [[] for _ in fns]
+    for rep in range(reps):
+        order = range(len(fns)) if rep % 2 == 0 else reversed(range(len(fns)))
+        for i in order:
+            times[i].append(clock(fns[i], make()))
+    timings = [Timing(tuple(_slowest_rank(t, group))) for t in times]
+    return Comparison(timings[0], timings[-1])
+
+
+def gbps(nbytes: float, seconds: float) -> float:
+    return nbytes / seconds / 1e9
+
+
+BUSBW_FACTOR: dict[str, Callable[[int], float]] = {
+    "allreduce": lambda p: 2 * (p - 1) / p,
+    "reduce_scatter": lambda p: (p - 1) / p,
+    "all_gather": lambda p: (p - 1) / p,
+}
+
+
+def busbw(algbw: float, world_size: int, collective: str = "allreduce") -> float:
+    """Bus bandwidth: algbw scaled so that a bandwidth-optimal algorithm reads the link speed."""
+    if collective not in BUSBW_FACTOR:
+        raise ValueError(f"busbw: unknown collective {collective!r}; choose from {sorted(BUSBW_FACTOR)}")
+    return algbw * BUSBW_FACTOR[collective](world_size)
+
+
+def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """Plain-text table; floats printed with 3 significant digits."""
+    if not rows:
+        return "(no rows)"
+    columns = list(columns or rows[0].keys())
+    cells = [[_fmt(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines)
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 1e4 else f"{v:.0f}"
+    return str(v)
+
+
+def out_dir() -> Path:
+    """Where benchmarks write plots and CSVs: $SCALETRAIN_BENCH_OUT or ./bench_out."""
+    path = Path(os.environ.get("SCALETRAIN_BENCH_OUT", "bench_out"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+# name -> module with `main(argv: list[str]) -> int`; each lives beside the code it measures.
+BENCHMARKS = {
+    "kernels": "scaletrain.ops.benchmark",
+    "allreduce": "scaletrain.comm.benchmark",
+    "ddp": "scaletrain.dp.benchmark",
+    "pipeline": "scaletrain.pipeline.benchmark",
+    "zero": "scaletrain.zero.benchmark",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in BENCHMARKS:
+        known = ", ".join(BENCHMARKS)
+        bad = f"unknown benchmark {argv[0]!r}. " if argv and argv[0] not in ("-h", "--help") else ""
+        print(f"{bad}usage: python -m scaletrain.bench <{known}> [options]\n"
+              "Each prints a table (median, p20, p80, ratio to the baseline measured in the same run)\n"
+              "and saves a plot under ./bench_out (or $SCALETRAIN_BENCH_OUT).", file=sys.stderr)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    module = importlib.import_module(BENCHMARKS[argv[0]])
+    return int(module.main(argv[1:]) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
