@@ -1,0 +1,162 @@
+"""Reusable pieces of every suite: loading the student's module, seeded trials, irregular shapes,
+scale-aware comparison, the inputs-unmodified check and the run-time forbidden-op guards.
+
+Correctness protocol (DESIGN.md): several seeded trials; irregular shapes (non-powers of two,
+sizes below and just above the world size); relative error, not only an absolute tolerance
+(KernelBench found that an all-zeros softmax passes `atol=1e-2`); inputs checked unmodified;
+the reference computed before the student's call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+SUBMISSION_ENV = "AUTOGRADER_SUBMISSION"
+SEED = int(os.environ.get("AUTOGRADER_SEED", "20261122"))
+
+
+class Flagged(Exception):
+    """Raised when a submission is caught using what the assignment forbids."""
+
+
+# ---------------------------------------------------------------- the student's module
+
+def submission_dir(default: str | os.PathLike | None = None) -> Path:
+    """$AUTOGRADER_SUBMISSION when set; else the assignment folder of `default` (a public test's
+    `__file__`, or a folder)."""
+    if os.environ.get(SUBMISSION_ENV):
+        return Path(os.environ[SUBMISSION_ENV]).resolve()
+    if default is None:
+        raise RuntimeError(f"no submission folder: set {SUBMISSION_ENV} or pass default=__file__")
+    path = Path(default).resolve()
+    path = path.parent if path.is_file() else path
+    return path.parent if path.name == "tests" else path
+
+
+def student_module(stem: str, default: str | os.PathLike | None = None):
+    """Import `<submission>/<stem>.py` as the top-level module `stem`.
+
+    The folder goes first on sys.path and into $AUTOGRADER_SUBMISSION, so ranks started by
+    `scaletrain.launch.spawn` import the same file when they unpickle a function from it.
+    """
+    folder = submission_dir(default)
+    path = folder / f"{stem}.py"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: the submission must contain {stem}.py "
+                                f"(start from the stub in assignments/)")
+    os.environ[SUBMISSION_ENV] = str(folder)
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    loaded = sys.modules.get(stem)
+    if loaded is not None and Path(getattr(loaded, "__file__", "") or "").resolve() != path:
+        del sys.modules[stem]  # same stem from another folder (e.g. solution, then stub)
+    return importlib.import_module(stem)
+
+
+# ---------------------------------------------------------------- inputs
+
+def trial_seeds(n: int, salt: int = 0) -> list[int]:
+    """`n` seeds derived from the grading seed (recorded in results.json)."""
+    return [SEED + 1000 * salt + i for i in range(n)]
+
+
+def irregular_sizes(world_size: int) -> list[int]:
+    """Sizes that break chunking code: empty, below, at and just above p, and odd large ones."""
+    p = world_size
+    return sorted({0, 1, max(p - 1, 1), p, p + 1, 2 * p + 3, 1021, 4099})
+
+
+IRREGULAR_ROWS = ((1, 1), (3, 1), (7, 33), (16, 100), (31, 257), (5, 1000))
+
+
+# ---------------------------------------------------------------- comparison
+
+def assert_close(actual, expected, *, rtol: float = 1e-5, atol: float = 0.0, what: str = "result"):
+    """Scale-aware comparison: shapes and dtypes must match, no NaN where the reference has none,
+    and max|a - e| <= atol + rtol * max|e| (so an all-zeros answer fails whenever e is not ~0)."""
+    if not isinstance(actual, torch.Tensor):
+        raise AssertionError(f"{what}: expected a tensor, got {type(actual).__name__}")
+    if actual.shape != expected.shape:
+        raise AssertionError(f"{what}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}")
+    if actual.dtype != expected.dtype:
+        raise AssertionError(f"{what}: dtype {actual.dtype}, expected {expected.dtype}")
+    if actual.numel() == 0:
+        return
+    a, e = actual.detach().double().cpu(), expected.detach().double().cpu()
+    if torch.isnan(a).any() and not torch.isnan(e).any():
+        raise AssertionError(f"{what}: contains NaN (overflow? subtract the row max first)")
+    err = (a - e).abs().max().item()
+    scale = e.abs().max().item()
+    if err > atol + rtol * scale:
+        raise AssertionError(f"{what}: max abs error {err:.3g} exceeds {atol:.1g} + {rtol:.1g}·{scale:.3g} "
+                             f"(relative {err / max(scale, 1e-30):.3g})")
+
+
+def assert_equal(actual, expected, *, what: str = "result"):
+    """Exact equality (integer-valued inputs make a sum exact in any order)."""
+    assert_close(actual, expected, rtol=0.0, atol=0.0, what=what)
+
+
+@contextlib.contextmanager
+def inputs_unmodified(*tensors: torch.Tensor, what: str = "input") -> Iterator[None]:
+    """Fail if the code inside changes any of `tensors` (students must not scribble on inputs)."""
+    before = [t.detach().clone() for t in tensors]
+    yield
+    for i, (t, b) in enumerate(zip(tensors, before)):
+        if not torch.equal(t.detach(), b):
+            raise AssertionError(f"{what} {i} was modified in place; work on a copy")
+
+
+# ---------------------------------------------------------------- run-time guards
+
+@contextlib.contextmanager
+def forbid_calls(*qualnames: str, modules: tuple = ()) -> Iterator[None]:
+    """Make each dotted callable (e.g. "torch.distributed.all_reduce") raise `Flagged` while the
+    block runs, also where a student module imported it by name."""
+    saved = []
+    try:
+        for qualname in qualnames:
+            owner_name, attr = qualname.rsplit(".", 1)
+            owner = importlib.import_module(owner_name)
+            original = getattr(owner, attr)
+
+            def trap(*args, __name=qualname, **kwargs):
+                raise Flagged(f"called forbidden `{__name}`")
+
+            saved.append((owner, attr, original))
+            setattr(owner, attr, trap)
+            for mod in modules:
+                for key, value in list(vars(mod).items()):
+                    if value is original:
+                        saved.append((mod, key, original))
+                        setattr(mod, key, trap)
+        yield
+    finally:
+        for owner, attr, original in reversed(saved):
+            setattr(owner, attr, original)
+
+
+class _AtenGuard(torch.utils._python_dispatch.TorchDispatchMode):
+    def __init__(self, ops: tuple[str, ...]):
+        super().__init__()
+        self.ops = ops
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name in self.ops:
+            raise Flagged(f"ran forbidden aten op `{name}`")
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def forbid_aten(*op_names: str) -> Iterator[None]:
+    """Fail with `Flagged` if any of these aten ops (e.g. "_softmax", "native_layer_norm") runs."""
+    with _AtenGuard(op_names):
+        yield

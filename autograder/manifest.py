@@ -1,0 +1,122 @@
+"""What an assignment is made of: its files, tasks, test groups, checks and planted breakages.
+
+Each assignment has one suite module `autograder/suites/aN_topic.py` defining `MANIFEST`; they are
+discovered here, so adding an assignment touches no shared file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+OUTCOMES = ("passed", "failed", "error", "timeout", "not_run", "flagged")
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str                      # "2.1"
+    title: str
+    file: str                    # stub file the task is written in
+    functions: tuple[str, ...] = ()  # functions whose SOLUTION regions belong to this task
+
+
+@dataclass(frozen=True)
+class Check:
+    task: str
+    name: str                    # unique within the assignment; the row in the score table
+    points: float
+    visibility: str = "visible"  # Gradescope: visible | hidden | after_due_date | after_published
+
+
+@dataclass(frozen=True)
+class Group:
+    """Checks that run together in one subprocess (e.g. one spawn of p ranks)."""
+    name: str
+    fn: str                      # "package.module:function", called with a GroupContext
+    checks: tuple[Check, ...]
+    timeout_s: float = 60.0
+    needs_gpu: bool = False
+
+
+@dataclass(frozen=True)
+class Planted:
+    """A broken submission made from the solution by one text replacement, and what it must get."""
+    name: str
+    file: str
+    replace: tuple[str, str]
+    expect: dict[str, str]       # check name -> outcome
+    groups: tuple[str, ...] = ()  # groups to grade (all when empty)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    assignment: str              # "a2"
+    folder: str                  # "a2_collectives"
+    title: str
+    files: dict[str, str]        # stub name -> reference source, relative to the repo
+    tasks: tuple[Task, ...]
+    groups: tuple[Group, ...]
+    forbidden: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    planted: tuple[Planted, ...] = ()
+
+    def __post_init__(self):
+        names = [c.name for g in self.groups for c in g.checks]
+        dupes = {n for n in names if names.count(n) > 1}
+        if dupes:
+            raise ValueError(f"{self.assignment}: check names must be unique, repeated: {sorted(dupes)}")
+        task_ids = {t.id for t in self.tasks}
+        for g in self.groups:
+            for c in g.checks:
+                if c.task not in task_ids:
+                    raise ValueError(f"{self.assignment}: check {c.name!r} names unknown task {c.task!r}")
+        for t in self.tasks:
+            if t.file not in self.files:
+                raise ValueError(f"{self.assignment}: task {t.id} names file {t.file!r} not in files")
+        for p in self.planted:
+            unknown = set(p.expect) - set(names)
+            bad = {o for o in p.expect.values() if o not in OUTCOMES}
+            if unknown or bad or p.file not in self.files:
+                raise ValueError(f"{self.assignment}: planted {p.name!r} is inconsistent "
+                                 f"(unknown checks {sorted(unknown)}, outcomes {sorted(bad)}, file {p.file!r})")
+
+    @property
+    def checks(self) -> tuple[Check, ...]:
+        return tuple(c for g in self.groups for c in g.checks)
+
+    @property
+    def max_score(self) -> float:
+        return sum(c.points for c in self.checks)
+
+    def task(self, task_id: str) -> Task:
+        return next(t for t in self.tasks if t.id == task_id)
+
+    def stub_dir(self) -> Path:
+        return REPO / "assignments" / self.folder
+
+    def solution_dir(self) -> Path:
+        return REPO / "solutions" / self.folder
+
+
+def all_manifests() -> dict[str, Manifest]:
+    """{"a0": Manifest, ...} from every autograder/suites/aN_*.py, sorted by assignment."""
+    from autograder import suites
+
+    found = {}
+    for info in pkgutil.iter_modules(suites.__path__):
+        module = importlib.import_module(f"autograder.suites.{info.name}")
+        manifest = getattr(module, "MANIFEST", None)
+        if isinstance(manifest, Manifest):
+            found[manifest.assignment] = manifest
+    return dict(sorted(found.items(), key=lambda kv: int(kv[0][1:])))
+
+
+def get_manifest(assignment: str) -> Manifest:
+    manifests = all_manifests()
+    key = assignment.split("_")[0]  # accept "a2" and "a2_collectives"
+    if key not in manifests:
+        known = ", ".join(f"{m.assignment} ({m.folder})" for m in manifests.values())
+        raise KeyError(f"unknown assignment {assignment!r}; known: {known}")
+    return manifests[key]

@@ -1,0 +1,65 @@
+"""The grader grades itself: solutions must get full marks, untouched stubs zero without a single
+`error`, and every planted broken submission exactly the outcomes its manifest expects."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from autograder.grade import grade_assignment
+from autograder.manifest import Manifest, Planted, get_manifest
+from autograder.runner import Result
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    case: str
+    ok: bool
+    detail: str
+
+
+def _mismatches(results: list[Result], allowed: set[str]) -> list[str]:
+    return [f"{r.check.name}: {r.outcome} ({r.reason})" for r in results if r.outcome not in allowed]
+
+
+def check_solution(m: Manifest, device: str, progress) -> CaseResult:
+    results = grade_assignment(m, m.solution_dir(), device, progress=progress)
+    bad = _mismatches(results, {"passed", "not_run"})
+    return CaseResult(f"{m.assignment} solution gets full marks", not bad, "; ".join(bad))
+
+
+def check_stub(m: Manifest, device: str, progress) -> CaseResult:
+    results = grade_assignment(m, m.stub_dir(), device, progress=progress)
+    bad = _mismatches(results, {"failed", "not_run"})
+    return CaseResult(f"{m.assignment} untouched stub scores zero cleanly", not bad, "; ".join(bad))
+
+
+def check_planted(m: Manifest, planted: Planted, device: str, progress) -> CaseResult:
+    name = f"{m.assignment} planted '{planted.name}'"
+    with tempfile.TemporaryDirectory(prefix=f"planted-{m.assignment}-") as tmp:
+        folder = Path(tmp) / m.folder
+        shutil.copytree(m.solution_dir(), folder)
+        target = folder / planted.file
+        old, new = planted.replace
+        text = target.read_text()
+        if old not in text:
+            return CaseResult(name, False, f"text to replace not found in {planted.file}: {old!r}")
+        target.write_text(text.replace(old, new))
+        results = grade_assignment(m, folder, device, groups=planted.groups, progress=progress)
+    got = {r.check.name: r for r in results}
+    bad = [f"{check}: expected {want}, got {got[check].outcome} ({got[check].reason})"
+           if check in got else f"{check}: expected {want}, but its group was not graded"
+           for check, want in planted.expect.items()
+           if check not in got or got[check].outcome != want]
+    return CaseResult(name, not bad, "; ".join(bad))
+
+
+def run_selftest(assignment: str, *, device: str = "cpu",
+                 progress: Callable[[str], None] = lambda s: None) -> list[CaseResult]:
+    m = get_manifest(assignment)
+    cases = [check_solution(m, device, progress), check_stub(m, device, progress)]
+    cases += [check_planted(m, p, device, progress) for p in m.planted]
+    return cases

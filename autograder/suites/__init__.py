@@ -1,0 +1,1 @@
+"""One module per assignment (`aN_topic.py`), each defining `MANIFEST` and its group functions."""

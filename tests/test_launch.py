@@ -1,0 +1,70 @@
+"""scaletrain.launch.spawn: results per rank, failures named by rank, deadlocks end, no orphans."""
+
+import os
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from scaletrain.launch import RankError, SpawnTimeout, spawn
+
+
+def _sum_of_ranks(rank, world_size, offset):
+    t = torch.tensor([float(rank)])
+    dist.all_reduce(t)
+    return rank + offset, t.item(), torch.get_num_threads()
+
+
+def _fails_on_rank_1(rank, world_size):
+    if rank == 1:
+        raise NotImplementedError("task 2.1: implement ring_reduce_scatter")
+    dist.barrier()
+
+
+def _deadlock(rank, world_size):
+    t = torch.zeros(1)
+    dist.recv(t, src=1 - rank)  # both ranks receive first: nobody sends
+
+
+def _exits(rank, world_size):
+    if rank == 0:
+        os._exit(3)
+    time.sleep(60)
+    return os.getpid()
+
+
+def test_results_in_rank_order_for_three_ranks():
+    assert spawn(_sum_of_ranks, 3, 10) == [(10, 3.0, 1), (11, 3.0, 1), (12, 3.0, 1)]
+
+
+def test_world_size_one_has_a_process_group():
+    assert spawn(_sum_of_ranks, 1, 0) == [(0, 0.0, 1)]
+
+
+def test_failure_names_rank_and_exception_type():
+    with pytest.raises(RankError) as info:
+        spawn(_fails_on_rank_1, 2, timeout_s=10)
+    assert info.value.rank == 1 and info.value.exc_type == "NotImplementedError"
+    assert "ring_reduce_scatter" in str(info.value) and "_fails_on_rank_1" in info.value.remote_traceback
+
+
+def test_deadlock_ends_as_timeout_within_the_limit():
+    start = time.monotonic()
+    with pytest.raises(SpawnTimeout, match="deadlock"):
+        spawn(_deadlock, 2, timeout_s=3)
+    assert time.monotonic() - start < 25
+
+
+def test_os_exit_is_reported_and_the_other_rank_is_killed():
+    start = time.monotonic()
+    with pytest.raises(RankError, match="exited with code 3"):
+        spawn(_exits, 2, timeout_s=30)
+    assert time.monotonic() - start < 25  # rank 1 sleeps 60 s: it was killed, not waited for
+
+
+def test_bad_arguments_are_refused_before_spawning():
+    with pytest.raises(ValueError, match="world_size"):
+        spawn(_sum_of_ranks, 0, 0)
+    with pytest.raises(TypeError, match="picklable"):
+        spawn(lambda rank, world_size: rank, 2)
