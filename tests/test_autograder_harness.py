@@ -31,7 +31,7 @@ def group_main(ctx):
     with ctx.check("multiplies"):
         assert toy.mul(2, 3) == 6
     with ctx.check("ranks add"):
-        assert spawn(_rank_add, 2, timeout_s=5) == [1, 2]
+        assert spawn(_rank_add, 2, timeout_s=float(os.environ.get("TOY_SPAWN_TIMEOUT", "30"))) == [1, 2]
 
 def group_guarded(ctx):
     toy = ctx.student("toy")
@@ -63,9 +63,9 @@ MANIFEST = Manifest(
     tasks=(Task("1", "add", file="toy.py", functions=("add",)), Task("2", "mul", file="toy.py")),
     forbidden={"toy.py": ("torch.distributed.all_reduce",)},
     groups=(
-        Group("main", "toy_suite:group_main", timeout_s=25, checks=(
+        Group("main", "toy_suite:group_main", timeout_s=90, checks=(
             Check("1", "adds", 1), Check("2", "multiplies", 1), Check("1", "ranks add", 1))),
-        Group("guarded", "toy_suite:group_guarded", timeout_s=25, checks=(
+        Group("guarded", "toy_suite:group_guarded", timeout_s=60, checks=(
             Check("2", "no forbidden sum at run time", 1),)),
         Group("gpu", "toy_suite:group_gpu", needs_gpu=True, checks=(Check("2", "fast on gpu", 2),)),
     ),
@@ -115,10 +115,10 @@ def test_stub_fails_without_error(make_submission):
 def test_infinite_loop_times_out_and_kills_everything(make_submission):
     looping = SOLUTION.replace("return a * b", "while True:\n        pass")
     short = Manifest(**{**MANIFEST.__dict__, "groups": (
-        Group("main", "toy_suite:group_main", timeout_s=4, checks=MANIFEST.groups[0].checks),)})
+        Group("main", "toy_suite:group_main", timeout_s=12, checks=MANIFEST.groups[0].checks),)})
     start = time.monotonic()
     results = grade_assignment(short, make_submission(looping), "cpu")
-    assert time.monotonic() - start < 15
+    assert time.monotonic() - start < 30
     assert outcomes(results) == {"adds": "passed", "multiplies": "timeout", "ranks add": "timeout"}
     leftover = subprocess.run(["pgrep", "-f", "autograder.runner"], capture_output=True, text=True)
     assert leftover.stdout.strip() == ""
@@ -134,7 +134,8 @@ def test_os_exit_and_rank_crash_are_errors(make_submission):
     assert r.outcome == "error" and "rank 1" in r.reason and "ValueError: boom" in r.reason
 
 
-def test_deadlock_in_ranks_is_a_timeout(make_submission):
+def test_deadlock_in_ranks_is_a_timeout(make_submission, monkeypatch):
+    monkeypatch.setenv("TOY_SPAWN_TIMEOUT", "4")
     hanging = SOLUTION.replace("return a + b", textwrap.dedent('''\
         import torch, torch.distributed as dist
         if dist.is_initialized():

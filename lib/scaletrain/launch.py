@@ -28,6 +28,8 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
+STARTUP_S = 180.0  # importing torch in p processes on a loaded 2-core machine can take a minute
+
 __all__ = ["spawn", "RankError", "SpawnTimeout", "pick_backend", "under_torchrun"]
 
 
@@ -66,12 +68,15 @@ def spawn(fn: Callable[..., Any], world_size: int, *args: Any, backend: str = "a
     """Run `fn(rank, world_size, *args)` on `world_size` ranks; return `[result_0, ..., result_{p-1}]`.
 
     `fn` and `args` must be picklable (a module-level function, not a lambda). `timeout_s` bounds
-    the whole run and every collective inside it. Raises `RankError` for the first rank that
+    the run once every rank has joined the process group, and every collective inside it. Raises `RankError` for the first rank that
     failed (lowest rank first) and `SpawnTimeout` when ranks are still running at the deadline.
     """
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"spawn: world_size must be a positive int, got {world_size!r}")
     if under_torchrun():
+        if int(os.environ["WORLD_SIZE"]) != world_size:
+            raise ValueError(f"spawn: asked for {world_size} ranks but torchrun started "
+                             f"WORLD_SIZE={os.environ['WORLD_SIZE']}; pass --nproc-per-node={world_size}")
         return [_run_under_torchrun(fn, args, backend, timeout_s)]
     try:
         pickle.dumps((fn, args))
@@ -96,7 +101,11 @@ def spawn(fn: Callable[..., Any], world_size: int, *args: Any, backend: str = "a
 
 
 def _collect(procs, results, world_size: int, timeout_s: float) -> list[Any]:
-    deadline = time.monotonic() + timeout_s + 10.0  # + start-up: each rank imports torch
+    # Start-up (each rank imports torch, then the rendezvous) gets its own generous allowance, so a
+    # loaded machine does not turn slow imports into a "deadlock"; `timeout_s` starts once every
+    # rank is in the process group.
+    deadline = time.monotonic() + STARTUP_S
+    ready: set[int] = set()
     outputs: dict[int, Any] = {}
     while len(outputs) < world_size:
         try:
@@ -105,12 +114,19 @@ def _collect(procs, results, world_size: int, timeout_s: float) -> list[Any]:
             _raise_if_dead(procs, outputs)
             if time.monotonic() > deadline:
                 missing = sorted(set(range(world_size)) - set(outputs))
-                raise SpawnTimeout(f"ranks {missing} did not finish within {timeout_s:.0f} s "
+                phase = "finish" if len(ready) == world_size else "start"
+                raise SpawnTimeout(f"ranks {missing} did not {phase} within "
+                                   f"{timeout_s if phase == 'finish' else STARTUP_S:.0f} s "
                                    "(a deadlock: a send or receive without its partner?)")
             continue
-        if kind == "err":
+        if kind == "ready":
+            ready.add(rank)
+            if len(ready) == world_size:
+                deadline = time.monotonic() + timeout_s
+        elif kind == "err":
             _raise_primary({rank: payload}, results)
-        outputs[rank] = payload
+        else:
+            outputs[rank] = payload
     return [outputs[r] for r in range(world_size)]
 
 
@@ -149,17 +165,29 @@ def _kill_all(procs) -> None:
         p.join(timeout=5)
 
 
-def _init_group(rank: int, world_size: int, backend: str, init_method: str, timeout_s: float) -> None:
+def _init_group(rank: int, world_size: int, backend: str, store: Any, timeout_s: float) -> None:
     if backend == "nccl":
         torch.cuda.set_device(rank % torch.cuda.device_count())
-    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                             timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def _file_store(path: str, rank: int, world_size: int) -> Any:
+    """A file store whose rendezvous waits up to STARTUP_S for slow starters, whatever the
+    (possibly short) timeout of the collectives that follow."""
+    store = dist.FileStore(path, world_size)
+    store.set_timeout(datetime.timedelta(seconds=STARTUP_S))
+    store.set(f"arrived/{rank}", "1")
+    store.wait([f"arrived/{r}" for r in range(world_size)])
+    return store
 
 
 def _rank_main(rank, world_size, fn, args, backend, store_dir, timeout_s, threads, results) -> None:
     torch.set_num_threads(threads)  # p ranks share few cores: one thread each avoids thrashing
     try:
-        _init_group(rank, world_size, backend, f"file://{store_dir}/store", timeout_s)
+        store = _file_store(f"{store_dir}/store", rank, world_size)
+        _init_group(rank, world_size, backend, store, timeout_s)
+        results.put(("ready", rank, None))
         out = fn(rank, world_size, *args)
         results.put(("ok", rank, out))
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent
@@ -173,9 +201,13 @@ def _rank_main(rank, world_size, fn, args, backend, store_dir, timeout_s, thread
 
 def _run_under_torchrun(fn, args, backend: str, timeout_s: float) -> Any:
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    backend = pick_backend(backend, int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
     owns_group = not dist.is_initialized()
     if owns_group:
-        _init_group(rank, world_size, pick_backend(backend, world_size), "env://", timeout_s)
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size,
+                                timeout=datetime.timedelta(seconds=timeout_s))
     try:
         return fn(rank, world_size, *args)
     finally:
