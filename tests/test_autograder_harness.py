@@ -80,6 +80,7 @@ def make_submission(tmp_path, monkeypatch):
     monkeypatch.delenv("AUTOGRADER_SUBMISSION", raising=False)
 
     def make(text=SOLUTION, name="sub"):
+        make.folder = tmp_path / name
         folder = tmp_path / name
         folder.mkdir()
         (folder / "toy.py").write_text(textwrap.dedent(text))
@@ -120,7 +121,7 @@ def test_infinite_loop_times_out_and_kills_everything(make_submission):
     results = grade_assignment(short, make_submission(looping), "cpu")
     assert time.monotonic() - start < 30
     assert outcomes(results) == {"adds": "passed", "multiplies": "timeout", "ranks add": "timeout"}
-    leftover = subprocess.run(["pgrep", "-f", "autograder.runner"], capture_output=True, text=True)
+    leftover = subprocess.run(["pgrep", "-f", str(make_submission.folder)], capture_output=True, text=True)
     assert leftover.stdout.strip() == ""
 
 
