@@ -1,0 +1,250 @@
+"""Assignment a0: memory and FLOPs estimation (`assignments/a0_memory/memory.py`).
+
+Every estimator is compared with the reference `scaletrain.memory` on hidden random
+configurations (seeded trials, relative error ≤ 1e-9: the answers are exact integers), with the
+seed's and the ZeRO paper's worked numbers, and with bytes measured in a real CPU step
+(`scaletrain.memory_measure`). Each task is graded on its own: where a given function calls a
+student helper (zero_memory_per_rank calls bytes_per_param), the reference helper is put in
+its place during that check, so one wrong task costs that task only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+
+from autograder import checks
+from autograder.manifest import Check, Group, Manifest, Planted, Task
+
+F = "memory.py"
+SRC = "lib/scaletrain/memory.py"
+
+MANIFEST = Manifest(
+    assignment="a0", folder="a0_memory", title="Memory and FLOPs of training",
+    files={F: SRC},
+    tasks=(
+        Task("0.1", "Parameter count of a GPT", file=F, functions=("gpt_num_params",)),
+        Task("0.2", "Bytes per parameter: weights, gradients, optimizer state", file=F, functions=("bytes_per_param",)),
+        Task("0.3", "Activation memory (Korthikanti et al.)", file=F, functions=("activation_bytes",)),
+        Task("0.4", "ZeRO stages 0-3 per-rank memory", file=F, functions=("zero_memory_per_rank",)),
+        Task("0.5", "Training FLOPs and MFU", file=F, functions=("training_flops", "mfu")),
+        Task("0.6", "Predict the measured activations of the tiny GPT", file=F,
+             functions=("tiny_gpt_activation_bytes",)),
+    ),
+    # the estimators are arithmetic: no torch, no copying the reference, no import tricks
+    forbidden={F: ("scaletrain", "torch", "importlib", "__import__", "exec", "eval", "sys", "gc",
+                   "inspect", "builtins")},
+    groups=(
+        Group("formulas", "autograder.suites.a0_memory:group_formulas", timeout_s=60, checks=(
+            Check("0.1", "parameter count equals the reference on hidden configurations", 10),
+            Check("0.2", "bytes per parameter for every precision and optimizer", 10),
+            Check("0.3", "the seed's GPT-1 activations: 349,175,808 B per sequence", 5),
+            Check("0.3", "activation bytes on hidden configurations (tensor parallel, fp32)", 10),
+            Check("0.3", "activation bytes with full checkpointing", 5),
+            Check("0.4", "the ZeRO paper's table: 120 / 31.4 / 16.6 / 1.9 GB", 5),
+            Check("0.4", "ZeRO per-rank bytes on hidden configurations (uneven shards)", 15),
+        )),
+        Group("flops", "autograder.suites.a0_memory:group_flops", timeout_s=15, checks=(
+            Check("0.5", "training FLOPs 6ND and 8ND", 5),
+            Check("0.5", "MFU", 5),
+        )),
+        Group("measured", "autograder.suites.a0_memory:group_measured", timeout_s=120, checks=(
+            Check("0.1", "parameter count equals the numel of real GPTs", 5),
+            Check("0.2", "model-state bytes equal those measured in a real step", 5),
+            Check("0.6", "tiny-GPT activations equal the reference on hidden configurations", 10),
+            Check("0.6", "tiny-GPT activations match the bytes measured in a real step", 10),
+        )),
+    ),
+    planted=(
+        Planted("task 0.3 left unimplemented", F,
+                ("    per_layer = s * b * h * (4 * e + 2)", "    raise NotImplementedError('a0 task 0.3')\n    per_layer = s * b * h * (4 * e + 2)"),
+                groups=("formulas",),
+                expect={"activation bytes on hidden configurations (tensor parallel, fp32)": "failed",
+                        "the seed's GPT-1 activations: 349,175,808 B per sequence": "failed",
+                        "parameter count equals the reference on hidden configurations": "passed",
+                        "ZeRO per-rank bytes on hidden configurations (uneven shards)": "passed"}),
+        Planted("mixed precision forgets the fp32 master copy (K = 8, not 12)", F,
+                ("return 2, 2, 4 + moments", "return 2, 2, moments"), groups=("formulas",),
+                expect={"bytes per parameter for every precision and optimizer": "failed",
+                        "the ZeRO paper's table: 120 / 31.4 / 16.6 / 1.9 GB": "passed",
+                        "ZeRO per-rank bytes on hidden configurations (uneven shards)": "passed",
+                        "activation bytes with full checkpointing": "passed"}),
+        Planted("infinite loop", F, ("return (8 if recompute else 6) * num_params * num_tokens", "while True: pass"),
+                groups=("flops",), expect={"training FLOPs 6ND and 8ND": "timeout", "MFU": "timeout"}),
+        Planted("os._exit in mfu", F, ("return 6 * num_params * tokens_per_second / peak_flops_per_second",
+                                       "import os; os._exit(3)"),
+                groups=("flops",), expect={"training FLOPs 6ND and 8ND": "passed", "MFU": "error"}),
+        Planted("syntax error", F, ("def mfu(*,", "def mfu(*,,"),
+                expect={"training FLOPs 6ND and 8ND": "error", "parameter count equals the numel of real GPTs": "error"}),
+        Planted("copies the reference", F, ("from dataclasses import dataclass, replace",
+                                            "from dataclasses import dataclass, replace\nfrom scaletrain import memory as _ref"),
+                expect={"parameter count equals the reference on hidden configurations": "flagged",
+                        "tiny-GPT activations match the bytes measured in a real step": "flagged"}),
+    ),
+)
+
+TRIALS = 25
+
+
+def _reference():
+    from scaletrain import memory
+    return memory
+
+
+def _close(got, want, *, call: str, rtol: float = 1e-9) -> None:
+    """Relative comparison of one number; ints and floats both accepted, bools and None not."""
+    if isinstance(got, bool) or not isinstance(got, (int, float)):
+        raise AssertionError(f"{call} returned {type(got).__name__} {got!r}; expected a number like {want}")
+    if abs(got - want) > rtol * abs(want):  # want == 0 demands exactly 0
+        rel = f" (relative error {abs(got - want) / abs(want):.2g})" if want else ""
+        raise AssertionError(f"{call} = {got:,}, expected {want:,}{rel}")
+
+
+def _call(fn, *args, **kwargs):
+    """(result, 'fn(args)') so a failure names the exact hidden configuration."""
+    shown = ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())])
+    return fn(*args, **kwargs), f"{fn.__name__}({shown})"
+
+
+def _random_shape(rng: random.Random, *, tp: bool = False) -> dict:
+    """A transformer shape with irregular sizes: odd head counts, h not a power of two."""
+    t = rng.choice([1, 2, 3, 4, 8]) if tp else 1
+    n_head = t * rng.randint(1, 12)
+    return dict(seq_len=rng.randint(7, 4099), batch_size=rng.randint(1, 48),
+                hidden=n_head * rng.choice([8, 24, 64, 80, 128]), n_layer=rng.randint(1, 80),
+                n_head=n_head, tp=t)
+
+
+@contextlib.contextmanager
+def _reference_helpers(student, ref, *names):
+    """Put the reference's `names` into the student module for one check (grade tasks separately)."""
+    saved = {n: getattr(student, n) for n in names}
+    try:
+        for n in names:
+            setattr(student, n, getattr(ref, n))
+        yield
+    finally:
+        for n, fn in saved.items():
+            setattr(student, n, fn)
+
+
+def group_formulas(ctx):
+    mem, ref = ctx.student("memory"), _reference()
+    with ctx.check("parameter count equals the reference on hidden configurations"):
+        for seed in checks.trial_seeds(TRIALS, salt=1):
+            rng = random.Random(seed)
+            kw = dict(vocab_size=rng.randint(50, 260_000), block_size=rng.randint(8, 32_768),
+                      n_layer=rng.randint(1, 128), hidden=rng.randint(1, 200) * 64 + rng.choice([0, 8, 24]),
+                      tied_embeddings=rng.random() < 0.5)
+            got, call = _call(mem.gpt_num_params, **kw)
+            _close(got, ref.gpt_num_params(**kw), call=call, rtol=0)
+    with ctx.check("bytes per parameter for every precision and optimizer"):
+        for precision in ref.PRECISIONS:
+            for optimizer in ref.OPTIMIZERS:
+                got, call = _call(mem.bytes_per_param, precision=precision, optimizer=optimizer)
+                want = ref.bytes_per_param(precision=precision, optimizer=optimizer)
+                assert tuple(got) == want, f"{call} = {got}, expected (param, grad, optimizer) bytes {want}"
+    with ctx.check("the seed's GPT-1 activations: 349,175,808 B per sequence"):
+        g = ref.GPT1
+        got, call = _call(mem.activation_bytes, seq_len=g["block_size"], batch_size=1, hidden=g["hidden"],
+                          n_layer=g["n_layer"], n_head=g["n_head"])
+        _close(got, 349_175_808, call=call)
+    with ctx.check("activation bytes on hidden configurations (tensor parallel, fp32)"):
+        for seed in checks.trial_seeds(TRIALS, salt=3):
+            rng = random.Random(seed)
+            kw = dict(_random_shape(rng, tp=True), bytes_per_element=rng.choice([2, 4]))
+            got, call = _call(mem.activation_bytes, **kw)
+            _close(got, ref.activation_bytes(**kw), call=call)
+    with ctx.check("activation bytes with full checkpointing"):
+        for seed in checks.trial_seeds(TRIALS, salt=4):
+            rng = random.Random(seed)
+            kw = dict(_random_shape(rng, tp=rng.random() < 0.5), bytes_per_element=rng.choice([2, 4]),
+                      checkpointing=True)
+            got, call = _call(mem.activation_bytes, **kw)
+            _close(got, ref.activation_bytes(**kw), call=call)
+    with _reference_helpers(mem, ref, "bytes_per_param"):
+        with ctx.check("the ZeRO paper's table: 120 / 31.4 / 16.6 / 1.9 GB"):
+            for stage, gb in enumerate([120.0, 31.4, 16.6, 1.9]):
+                got, call = _call(mem.zero_memory_per_rank, 7_500_000_000, 64, stage, precision="mixed", optimizer="adam")
+                assert round(got.total / 1e9, 1) == gb, f"{call}.total = {got.total / 1e9:.2f} GB, the paper says {gb} GB"
+        with ctx.check("ZeRO per-rank bytes on hidden configurations (uneven shards)"):
+            for seed in checks.trial_seeds(TRIALS, salt=5):
+                rng = random.Random(seed)
+                psi = rng.choice([rng.randint(1, 999), rng.randint(10**6, 10**12)])
+                args = (psi, rng.choice([1, 2, 3, 7, 8, 64, 1000, 1024]), rng.randint(0, 3))
+                kw = dict(precision=rng.choice(ref.PRECISIONS), optimizer=rng.choice(ref.OPTIMIZERS))
+                got, call = _call(mem.zero_memory_per_rank, *args, **kw)
+                want = ref.zero_memory_per_rank(*args, **kw)
+                for field in ("params", "grads", "optimizer"):  # a ceil(Ψ/N) slip shows at small Ψ
+                    _close(getattr(got, field), getattr(want, field), call=f"{call}.{field}")
+
+
+def group_flops(ctx):
+    mem, ref = ctx.student("memory"), _reference()
+    with ctx.check("training FLOPs 6ND and 8ND"):
+        for seed in checks.trial_seeds(TRIALS, salt=6):
+            rng = random.Random(seed)
+            kw = dict(num_params=rng.randint(10**5, 10**12), num_tokens=rng.randint(10**3, 10**13),
+                      recompute=rng.random() < 0.5)
+            got, call = _call(mem.training_flops, **kw)
+            _close(got, ref.training_flops(**kw), call=call)
+    with ctx.check("MFU"):
+        for seed in checks.trial_seeds(TRIALS, salt=7):
+            rng = random.Random(seed)
+            kw = dict(num_params=rng.randint(10**6, 10**11), tokens_per_second=rng.uniform(1e2, 1e6),
+                      peak_flops_per_second=rng.uniform(1e13, 2e15))
+            got, call = _call(mem.mfu, **kw)
+            _close(got, ref.mfu(**kw), call=call)
+
+
+def _tiny_configs():
+    """Small GPTs that build and run in well under a second each: irregular heads, V ≠ h."""
+    from scaletrain.models import GPTConfig
+    return [(GPTConfig(vocab_size=83, block_size=24, n_layer=3, n_embd=36, n_head=3), 3, 21),
+            (GPTConfig(vocab_size=300, block_size=16, n_layer=2, n_embd=40, n_head=5), 2, 16)]
+
+
+def group_measured(ctx):
+    import torch
+    from scaletrain.memory_measure import measure_training_step
+    from scaletrain.models import GPT
+
+    torch.set_num_threads(1)
+    mem, ref = ctx.student("memory"), _reference()
+    with ctx.check("parameter count equals the numel of real GPTs"):
+        for cfg, _, _ in _tiny_configs():
+            model = GPT(cfg)
+            shape = dict(vocab_size=cfg.vocab_size, block_size=cfg.block_size, n_layer=cfg.n_layer, hidden=cfg.n_embd)
+            got, call = _call(mem.gpt_num_params, **shape)
+            _close(got, sum(p.numel() for p in model.parameters()), call=call, rtol=0)
+            model.lm_head.weight = torch.nn.Parameter(model.wte.weight.detach().clone())
+            got, call = _call(mem.gpt_num_params, **shape, tied_embeddings=False)
+            _close(got, sum(p.numel() for p in model.parameters()), call=f"{call} (untied head)", rtol=0)
+    with ctx.check("model-state bytes equal those measured in a real step"):
+        cfg = _tiny_configs()[0][0]
+        n = sum(p.numel() for p in GPT(cfg).parameters())
+        for optimizer in ref.OPTIMIZERS:
+            p, g, k = mem.bytes_per_param(precision="fp32", optimizer=optimizer)  # first: a stub fails fast
+            measured = measure_training_step(GPT(cfg), batch_size=2, optimizer=optimizer)
+            steps = 4 * measured.num_param_tensors if optimizer.startswith("adam") else 0  # Adam's `step` scalars
+            for what, per_param, counted in (("params", p, measured.params), ("grads", g, measured.grads),
+                                             ("optimizer state", k, measured.optimizer - steps)):
+                assert per_param * n == counted, (f"bytes_per_param(precision='fp32', optimizer={optimizer!r}): "
+                                                  f"{what} {per_param} B/param × {n} params = {per_param * n:,} B, "
+                                                  f"measured {counted:,} B")
+    with ctx.check("tiny-GPT activations equal the reference on hidden configurations"):
+        for seed in checks.trial_seeds(TRIALS, salt=8):
+            rng = random.Random(seed)
+            shape = _random_shape(rng)
+            del shape["tp"]
+            kw = dict(shape, vocab_size=rng.randint(2, 70_000), checkpointing=rng.random() < 0.5)
+            got, call = _call(mem.tiny_gpt_activation_bytes, **kw)
+            _close(got, ref.tiny_gpt_activation_bytes(**kw), call=call)
+    with ctx.check("tiny-GPT activations match the bytes measured in a real step"):
+        for cfg, b, s in _tiny_configs():
+            for ckpt in (False, True):
+                got, call = _call(mem.tiny_gpt_activation_bytes, batch_size=b, seq_len=s, hidden=cfg.n_embd,
+                                  n_layer=cfg.n_layer, n_head=cfg.n_head, vocab_size=cfg.vocab_size,
+                                  checkpointing=ckpt)
+                m = measure_training_step(GPT(cfg), batch_size=b, seq_len=s, checkpointing=ckpt)
+                _close(got, m.activations_peak, call=call + " vs measured", rtol=0.01)
