@@ -49,6 +49,7 @@ class Planted:
     replace: tuple[str, str]
     expect: dict[str, str]       # check name -> outcome
     groups: tuple[str, ...] = ()  # groups to grade (all when empty)
+    timeout_s: float | None = None  # shorter group limit, for plants that are meant to hang
 
 
 @dataclass(frozen=True)

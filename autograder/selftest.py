@@ -48,7 +48,8 @@ def check_planted(m: Manifest, planted: Planted, device: str, progress) -> CaseR
         if old not in text:
             return CaseResult(name, False, f"text to replace not found in {planted.file}: {old!r}")
         target.write_text(text.replace(old, new))
-        results = grade_assignment(m, folder, device, groups=planted.groups, progress=progress)
+        results = grade_assignment(m, folder, device, groups=planted.groups,
+                                   timeout_s=planted.timeout_s, progress=progress)
     got = {r.check.name: r for r in results}
     bad = [f"{check}: expected {want}, got {got[check].outcome} ({got[check].reason})"
            if check in got else f"{check}: expected {want}, but its group was not graded"
