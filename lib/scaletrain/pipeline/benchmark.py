@@ -1,0 +1,213 @@
+"""`python -m scaletrain.bench pipeline [--quick] [--p 2 4] [--m 8]`: the executor measured.
+
+Model: an MLP of `--layers` Linear(d, d) + ReLU layers cut into p equal stages (2p for the
+interleaved schedule), so every stage costs the same and a backward costs about two forwards.
+For each world size (one spawn) it reports:
+
+1. bubble: the idle fraction of the executor's real timelines (one step, all ranks, median over
+   steps) beside the simulator's prediction for the same schedule with the costs fitted to that
+   timeline (`costs_from_timeline`: mean F/B/I/W durations and the median message delay), and the
+   closed form (communication-free). Target: measured within 10% of predicted.
+2. throughput: step time of our executor vs torch.distributed.pipelining (ScheduleGPipe,
+   Schedule1F1B, ScheduleInterleaved1F1B) on the same model and processes, timed alternately
+   (bench.compare); ratio < 1 means ours is faster. Target: <= 1.
+3. memory: peak activation bytes per rank (what autograd saved, parameters excluded), GPipe vs
+   1F1B, beside the in-flight counts m and p - r.
+
+On a 2-core machine p = 4 runs 4 single-threaded ranks on 2 cores: its times are oversubscribed
+and its bubble includes time a rank was runnable but not scheduled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as Fn
+
+from scaletrain.bench import compare, format_table, out_dir
+from scaletrain.launch import spawn
+from scaletrain.pipeline.executor import PipelineExecutor
+from scaletrain.pipeline.schedules import gpipe, interleaved_1f1b, one_f_one_b, zb_h1
+from scaletrain.pipeline.simulate import bubble_of, closed_form_bubble, costs_from_timeline, simulate
+
+SCHEDULES = {"gpipe": (gpipe, 1), "1f1b": (one_f_one_b, 1), "zb_h1": (zb_h1, 1), "interleaved": (interleaved_1f1b, 2)}
+
+
+def _stages(num_stages: int, layers: int, d: int) -> list[nn.Module]:
+    torch.manual_seed(0)
+    per = layers // num_stages
+    return [nn.Sequential(*[m for _ in range(per) for m in (nn.Linear(d, d, bias=False), nn.ReLU())])
+            for _ in range(num_stages)]
+
+
+def measure_timelines(rank: int, p: int, names: tuple[str, ...], m: int, d: int = 128, layers: int = 4,
+                      batch: int = 32, steps: int = 3) -> dict:
+    """Rank body for `spawn`: run each schedule in `names` on the equal-cost MLP for `steps` steps;
+    return {name: {"spans": this rank's timeline of the last step, "peak_bytes": ...}} (notebook 04)."""
+    gen = torch.Generator().manual_seed(1)
+    x, y = torch.randn(batch, d, generator=gen), torch.randn(batch, d, generator=gen)
+    out = {}
+    for name in names:
+        make, v = SCHEDULES[name]
+        schedule = make(p, m, v) if v > 1 else make(p, m)
+        all_stages = _stages(p * v, layers, d)
+        ex = PipelineExecutor({s: all_stages[s] for s in range(rank, p * v, p)}, schedule, Fn.mse_loss)
+        for _ in range(steps):
+            dist.barrier()
+            ex.step(x if ex.is_first_stage else None, y if ex.is_last_stage else None)
+        out[name] = {"spans": list(ex.timeline), "peak_bytes": ex.peak_activation_bytes}
+    return out
+
+
+def _torch_schedule(name: str, modules: dict[int, nn.Module], p: int, m: int):
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+    stages = [PipelineStage(mod, s, len(modules) * p, torch.device("cpu")) for s, mod in sorted(modules.items())]
+    if name == "interleaved":
+        return ScheduleInterleaved1F1B(stages, n_microbatches=m, loss_fn=Fn.mse_loss)
+    return {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[name](stages[0], n_microbatches=m, loss_fn=Fn.mse_loss)
+
+
+def _rank_main(rank: int, p: int, cfg: dict) -> dict:
+    m, d = cfg["m"], cfg["d"]
+    gen = torch.Generator().manual_seed(1)
+    x, y = torch.randn(cfg["batch"], d, generator=gen), torch.randn(cfg["batch"], d, generator=gen)
+    out = {"timelines": {}, "peak": {}, "speed": {}}
+    for name, (make, v) in SCHEDULES.items():
+        if v > 1 and m % p:
+            continue
+        schedule = make(p, m, v) if v > 1 else make(p, m)
+        all_stages = _stages(p * v, cfg["layers"], d)
+        mine = {s: all_stages[s] for s in range(rank, p * v, p)}
+        ex = PipelineExecutor(mine, schedule, Fn.mse_loss)
+        first, last = ex.is_first_stage, ex.is_last_stage
+        run_ours = lambda: ex.step(x if first else None, y if last else None)  # noqa: E731
+        timelines = []
+        for rep in range(cfg["warmup"] + cfg["reps"]):
+            dist.barrier()
+            run_ours()
+            if rep >= cfg["warmup"]:
+                timelines.append(list(ex.timeline))
+        out["timelines"][name] = timelines
+        out["peak"][name] = ex.peak_activation_bytes
+        if name == "zb_h1":
+            continue  # torch's zero-bubble schedules are V-shaped / interleaved: no like-for-like baseline
+        twin = {s: _stages(p * v, cfg["layers"], d)[s] for s in mine}
+        theirs = _torch_schedule(name, twin, p, m)
+        run_theirs = lambda: theirs.step(x) if first else theirs.step(target=y) if last else theirs.step()  # noqa: E731
+
+        def zero_grads():
+            for mod in [*mine.values(), *twin.values()]:
+                mod.zero_grad(set_to_none=True)
+            return ()
+
+        cmp = compare(run_ours, run_theirs, setup=zero_grads, warmup=cfg["warmup"], reps=cfg["reps"],
+                      group=dist.group.WORLD)
+        out["speed"][name] = (cmp.candidate.samples, cmp.baseline.samples)
+    return out
+
+
+def _bubble_rows(p: int, m: int, timelines_per_rank: list[dict]) -> tuple[list[dict], dict]:
+    rows, examples = [], {}
+    for name, (make, v) in SCHEDULES.items():
+        if name not in timelines_per_rank[0]:
+            continue
+        schedule = make(p, m, v) if v > 1 else make(p, m)
+        measured, predicted = [], []
+        for step in zip(*(r[name] for r in timelines_per_rank)):
+            spans = [s for rank_spans in step for s in rank_spans]
+            measured.append(bubble_of(spans))
+            predicted.append(simulate(schedule, **costs_from_timeline(spans)).bubble_fraction)
+        mid = sorted(range(len(measured)), key=measured.__getitem__)[len(measured) // 2]
+        examples[name] = [s for r in timelines_per_rank for s in r[name][mid]]
+        meas, pred = statistics.median(measured), statistics.median(predicted)
+        rows.append({"p": p, "m": m, "schedule": name, "measured": meas, "p20": _q(measured, 0.2),
+                     "p80": _q(measured, 0.8), "predicted": pred, "meas/pred": meas / pred,
+                     "closed form": closed_form_bubble(name, p, m, v)})
+    return rows, examples
+
+
+def _q(xs, q):
+    xs = sorted(xs)
+    return xs[round(q * (len(xs) - 1))]
+
+
+def _speed_rows(p: int, m: int, results: list[dict]) -> list[dict]:
+    rows = []
+    for name, (ours, theirs) in results[0]["speed"].items():  # times are already the slowest rank's
+        ratios = sorted(a / b for a, b in zip(ours, theirs))
+        rows.append({"p": p, "m": m, "schedule": name, "ours ms": 1e3 * statistics.median(ours),
+                     "torch ms": 1e3 * statistics.median(theirs), "ratio": statistics.median(ratios),
+                     "p20": _q(ratios, 0.2), "p80": _q(ratios, 0.8)})
+    return rows
+
+
+def _memory_rows(p: int, m: int, results: list[dict]) -> list[dict]:
+    rows = []
+    for r, res in enumerate(results):
+        g, o = res["peak"]["gpipe"], res["peak"]["1f1b"]
+        rows.append({"p": p, "rank": r, "gpipe KiB": g / 1024, "1f1b KiB": o / 1024, "ratio": g / o,
+                     "m/(p-r)": m / (p - r), "zb_h1 KiB": res["peak"]["zb_h1"] / 1024})
+    return rows
+
+
+def _plot(examples: dict, p: int, m: int, path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from scaletrain.pipeline.plot import plot_schedule
+    names = list(examples)
+    fig, axes = plt.subplots(len(names), 2, figsize=(14, 1.0 + 1.1 * p * len(names) / 2), squeeze=False)
+    for row, name in zip(axes, names):
+        make, v = SCHEDULES[name]
+        schedule = make(p, m, v) if v > 1 else make(p, m)
+        spans = examples[name]
+        plot_schedule(spans, ax=row[0], labels=False, title=f"{name}: measured, bubble {bubble_of(spans):.3f}")
+        sim = simulate(schedule, **costs_from_timeline(spans))
+        plot_schedule(sim, ax=row[1], labels=False, title=f"{name}: simulated, bubble {sim.bubble_fraction:.3f}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="python -m scaletrain.bench pipeline", description=__doc__.split("\n")[0])
+    ap.add_argument("--p", type=int, nargs="+", default=[2, 4], help="world sizes (one spawn each)")
+    ap.add_argument("--m", type=int, default=8, help="microbatches")
+    ap.add_argument("--layers", type=int, default=8, help="Linear layers in the model (divisible by 2p)")
+    ap.add_argument("--d", type=int, default=512, help="layer width")
+    ap.add_argument("--batch", type=int, default=256, help="batch size (divisible by m)")
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--quick", action="store_true", help="p=2 only, 3 reps, smaller model")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.p, args.reps, args.d = [2], 3, 256
+    cfg = {"m": args.m, "d": args.d, "layers": args.layers, "batch": args.batch, "reps": args.reps, "warmup": 2}
+    bubble, speed, memory = [], [], []
+    for p in args.p:
+        if args.layers % (2 * p) or args.batch % args.m:
+            raise SystemExit(f"pipeline benchmark: --layers must be divisible by 2p={2 * p} and --batch by m={args.m}")
+        results = spawn(_rank_main, p, cfg, timeout_s=600)
+        rows, examples = _bubble_rows(p, args.m, [r["timelines"] for r in results])
+        bubble += rows
+        speed += _speed_rows(p, args.m, results)
+        memory += _memory_rows(p, args.m, results)
+        _plot(examples, p, args.m, out_dir() / f"pipeline_timelines_p{p}.png")
+    print("Bubble fraction: measured timelines vs simulator (costs fitted to the run) vs closed form")
+    print(format_table(bubble))
+    print("\nStep time: our executor vs torch.distributed.pipelining (ratio = ours / torch, < 1 is faster)")
+    print(format_table(speed))
+    print("\nPeak activation bytes per rank (saved for backward): GPipe holds m microbatches, 1F1B p - r")
+    print(format_table(memory))
+    if any(p > 2 for p in args.p):
+        print(f"\nNote: p = 4 puts 4 single-threaded ranks on {_cores()} cores here: oversubscribed.")
+    print(f"\nGantt charts (measured beside simulated): {out_dir()}/pipeline_timelines_p*.png")
+    return 0
+
+
+def _cores() -> int:
+    import os
+    return len(os.sched_getaffinity(0))

@@ -1,0 +1,292 @@
+"""Run any valid schedule across processes: one `PipelineExecutor` per pp_rank.
+
+The executor is a loop over this rank's actions (schedules.py); each action is a local
+computation bracketed by at most one receive and one send (validate.receives / validate.sends):
+
+    F(s, i)  receive stage s-1's activation (unless s = 0), y = stage_s(x), send y to stage s+1;
+             on the last stage y is the loss of microbatch i, scaled by 1/m
+    B(s, i)  receive dL/dy from stage s+1 (unless s is last), backward, send dL/dx to stage s-1
+    I(s, i)  like B but only dL/dx and the gradients of every parameterised module's output
+             (torch.autograd.grad with retain_graph): the previous stage can go on at once
+    W(s, i)  each module's weight gradient from its saved output gradient: a short, local
+             backward that no other rank waits for (Qi et al., 2024, section 2)
+
+With the loss scaled by 1/m, the gradients accumulated over the m microbatches equal those of one
+process computing the mean loss of the whole batch. Activations of (s, i) are dropped as soon as
+its last backward (B or W) ran; `peak_activation_bytes` counts what autograd saved for backward
+(parameters excluded) over the in-flight microbatches. `timeline` holds the real start and end of
+every action of the last step (perf_counter seconds, the clock every process on a host shares):
+a span is everything the rank does for the action except blocking in its receive, so the gaps
+are the bubble (waiting for a message, including its transfer).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from contextlib import contextmanager
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from scaletrain.pipeline.p2p import StageComm
+from scaletrain.pipeline.schedules import B, F, I, W, Action, Schedule, stages_of_rank
+from scaletrain.pipeline.simulate import Span
+from scaletrain.pipeline.validate import receives, schedule_sizes, sends, validate
+
+__all__ = ["PipelineExecutor"]
+
+
+class PipelineExecutor:
+    """`stage_modules`: this rank's stages, {stage: module} or a list in model order (r, r+p, ...).
+    `schedule`: the full dict[pp_rank, list[Action]] (validated here). `loss_fn(output, target)`:
+    a mean-reduced loss for one microbatch. `group`: the pipeline process group (default: world).
+    """
+
+    def __init__(self, stage_modules, schedule: Schedule, loss_fn, group=None):
+        self.group = group
+        self.pp_rank, p = dist.get_rank(group), dist.get_world_size(group)
+        if len(schedule) != p:
+            raise ValueError(f"PipelineExecutor: the schedule has {len(schedule)} ranks, the group has {p}")
+        _, self.m, self.v = schedule_sizes(schedule)
+        validate(schedule, p, self.m, self.v)  # a bad schedule fails here, before it can hang
+        self.p, self.num_stages = p, p * self.v
+        self.actions: list[Action] = list(schedule[self.pp_rank])
+        expected = stages_of_rank(self.pp_rank, p, self.v)
+        if not isinstance(stage_modules, Mapping):
+            stage_modules = dict(zip(expected, stage_modules))
+        if sorted(stage_modules) != expected:
+            raise ValueError(f"PipelineExecutor: pp_rank {self.pp_rank} holds stages {expected} "
+                             f"(stage s is on rank s % p), got modules for {sorted(stage_modules)}")
+        self.stages: dict[int, nn.Module] = dict(stage_modules)
+        self.loss_fn = loss_fn
+        self.is_first_stage = 0 in self.stages
+        self.is_last_stage = self.num_stages - 1 in self.stages
+        params = [q for stage in self.stages.values() for q in stage.parameters()]
+        device = params[0].device if params else torch.device("cpu")
+        self.comm = StageComm(group=group, pp_rank=self.pp_rank, p=p, device=device)
+        # (stage, microbatch) pairs whose backward is split into I and W need their modules' outputs
+        self._split = {(a.stage, a.microbatch) for a in self.actions if a.kind == I}
+        self._outputs = _ParamOutputs(self.stages) if self._split else None
+        self._memory = _ActivationBytes(self.stages)
+        self._shapes: dict | None = None  # stage -> (shape, dtype) of its output, learnt at step 1
+        self._input_shape = None
+        self.timeline: list[Span] = []
+
+    @property
+    def peak_activation_bytes(self) -> int:
+        return self._memory.peak
+
+    def step(self, inputs: torch.Tensor | None = None, targets: torch.Tensor | None = None) -> list[float] | None:
+        """One pipelined forward+backward over m microbatches; gradients accumulate in `.grad`.
+
+        `inputs` (on the rank holding stage 0) and `targets` (on the rank holding the last stage):
+        a batch split into m equal microbatches along dim 0, or a list of m tensors. Returns the
+        m microbatch losses on the last stage's rank, None elsewhere.
+        """
+        self._inputs = self._microbatches(inputs, "inputs") if self.is_first_stage else None
+        self._targets = self._microbatches(targets, "targets") if self.is_last_stage else None
+        if self._shapes is None:
+            self._shapes = self.comm.exchange_shapes(self.stages, self.num_stages, self._example_forward)
+        self._stash: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        self._weight_work: dict[tuple[int, int], list] = {}
+        self.losses: dict[int, float] = {}
+        self.timeline = []
+        for k, action in enumerate(self.actions):
+            received = self._receive(action)      # time blocked here is bubble: the span starts after it
+            start = time.perf_counter()
+            self._post_receive(k + 1)             # the next message travels while this action computes
+            with self._memory.track(action), self._record_outputs(action):
+                self._run(action, received)
+            self.comm.release_finished_sends()
+            self.timeline.append(Span(rank=self.pp_rank, action=action, start=start, end=time.perf_counter()))
+        self.comm.wait_sends()
+        return [self.losses[i] for i in range(self.m)] if self.is_last_stage else None
+
+    def _run(self, action: Action, received: torch.Tensor | None) -> None:
+        """Run one action of kind F, B, I or W on (stage, microbatch); `received` is the tensor
+        its message brought (see `_receive`), None when it receives nothing. I and W are
+        `_backward_input` and `_backward_weight` (given)."""
+        # BEGIN SOLUTION
+        s, i = action.stage, action.microbatch
+        if action.kind == F:
+            self._forward(s, i, received)
+        elif action.kind == B:
+            self._backward(s, i, received)
+        elif action.kind == I:
+            self._backward_input(s, i, received)
+        else:
+            self._backward_weight(s, i)
+        # END SOLUTION
+
+    def _forward(self, s: int, i: int, received: torch.Tensor | None) -> None:
+        """F(s, i). `received`: stage s-1's output for microbatch i (None on stage 0, whose input is
+        `self._inputs[i]`). Run `self.stages[s]`; on the last stage turn the output into
+        `self.loss_fn(y, self._targets[i]) / self.m`, record its unscaled value in
+        `self.losses[i]` (a float), else send the output with
+        `self.comm.send(sends(Action(s, F, i), self.num_stages), y)`. Keep (input, output) in
+        `self._stash[(s, i)]` for the backward: the input must be a leaf that requires grad
+        (`received.requires_grad_()`) so that its gradient can be sent back.
+        """
+        # BEGIN SOLUTION
+        x = self._inputs[i] if s == 0 else received.requires_grad_()
+        y = self.stages[s](x)
+        if s == self.num_stages - 1:
+            loss = self.loss_fn(y, self._targets[i])
+            self.losses[i] = loss.item()
+            y = loss / self.m  # mean over microbatches = the full batch's mean loss
+        else:
+            self.comm.send(sends(Action(s, F, i), self.num_stages), y)
+        self._stash[(s, i)] = (x, y)
+        # END SOLUTION
+
+    def _backward(self, s: int, i: int, received: torch.Tensor | None) -> None:
+        """B(s, i). `received`: dL/dy of this stage's output (None on the last stage, where y is
+        the loss). Backpropagate from the stashed output (`torch.autograd.backward(outputs,
+        grad_tensors)`), which accumulates the weight gradients in `.grad`; send dL/dx, the input's
+        `.grad`, with `self.comm.send(sends(Action(s, B, i), self.num_stages), ...)` unless s = 0;
+        pop the stash entry so the activations are freed now.
+        """
+        # BEGIN SOLUTION
+        x, y = self._stash.pop((s, i))
+        torch.autograd.backward(y, grad_tensors=received)
+        if s > 0:
+            self.comm.send(sends(Action(s, B, i), self.num_stages), x.grad)
+        # END SOLUTION
+
+    def _backward_input(self, s: int, i: int, received: torch.Tensor | None) -> None:
+        x, y = self._stash[(s, i)]
+        recorded = self._outputs.pop((s, i))
+        wrt = ([x] if s > 0 else []) + [t for _, outs in recorded for t in outs]
+        # one traversal computes dL/dx and dL/d(module output) only: no weight-gradient kernels
+        grads = list(torch.autograd.grad(y, wrt, grad_outputs=received, retain_graph=True, allow_unused=True))
+        if s > 0:
+            self.comm.send(sends(Action(s, I, i), self.num_stages), grads.pop(0))
+        work = []
+        for params, outs in recorded:
+            outs_grads = [(t, grads.pop(0)) for t in outs]
+            work.append((params, [(t, g) for t, g in outs_grads if g is not None]))
+        self._weight_work[(s, i)] = work
+
+    def _backward_weight(self, s: int, i: int) -> None:
+        for params, outs_grads in self._weight_work.pop((s, i)):
+            if outs_grads:  # from the module's own output to its own parameters: nothing upstream
+                torch.autograd.backward([t for t, _ in outs_grads], [g for _, g in outs_grads], inputs=params)
+        del self._stash[(s, i)]
+
+    def _receive(self, action: Action) -> torch.Tensor | None:
+        msg = receives(action, self.num_stages)
+        return None if msg is None else self.comm.wait_recv(msg, *self._message_shape(msg))
+
+    def _post_receive(self, k: int) -> None:
+        msg = receives(self.actions[k], self.num_stages) if k < len(self.actions) else None
+        if msg is not None:
+            self.comm.post_recv(msg, *self._message_shape(msg))
+
+    def _message_shape(self, msg):
+        # an activation has the shape of its sender's output, a gradient that of its receiver's
+        return self._shapes[msg.src_stage if msg.kind == "activation" else msg.dst_stage]
+
+    def _example_forward(self, s: int, example: torch.Tensor | None) -> torch.Tensor:
+        with torch.no_grad():
+            return self.stages[s](self._inputs[0] if s == 0 else example)
+
+    def _microbatches(self, batch, name: str) -> list[torch.Tensor]:
+        if batch is None:
+            raise ValueError(f"PipelineExecutor.step: pp_rank {self.pp_rank} holds stage "
+                             f"{0 if name == 'inputs' else self.num_stages - 1}, so it needs {name}=")
+        if isinstance(batch, torch.Tensor):
+            if batch.shape[0] % self.m:
+                raise ValueError(f"PipelineExecutor.step: {name} batch {batch.shape[0]} is not divisible "
+                                 f"by m={self.m}; pass a multiple of m or a list of m microbatches")
+            batch = list(batch.split(batch.shape[0] // self.m))
+        if len(batch) != self.m:
+            raise ValueError(f"PipelineExecutor.step: expected {self.m} {name} microbatches, got {len(batch)}")
+        if name == "inputs":
+            shape = tuple(batch[0].shape)
+            if any(tuple(b.shape) != shape for b in batch) or self._input_shape not in (None, shape):
+                raise ValueError(f"PipelineExecutor.step: every microbatch must have the shape of the first "
+                                 f"step's, {self._input_shape or shape} (receive buffers are sized once)")
+            self._input_shape = shape
+        return batch
+
+    @contextmanager
+    def _record_outputs(self, action: Action):
+        if action.kind != F or (action.stage, action.microbatch) not in self._split:
+            yield
+            return
+        with self._outputs.record((action.stage, action.microbatch)):
+            yield
+
+
+class _ParamOutputs:
+    """Forward hooks that keep, per (stage, microbatch), the output of every module that owns
+    parameters: I asks autograd for the gradients of these outputs, W turns them into weight
+    gradients module by module. Each such module must run once per stage forward (a module
+    called twice would get its weight gradient twice)."""
+
+    def __init__(self, stages: dict[int, nn.Module]):
+        self._current: list | None = None
+        self._seen: set[int] = set()
+        self._saved: dict[tuple[int, int], list] = {}
+        for stage in stages.values():
+            for module in stage.modules():
+                params = [q for q in module.parameters(recurse=False) if q.requires_grad]
+                if params:
+                    module.register_forward_hook(self._hook(module, params))
+
+    def _hook(self, module: nn.Module, params: list):
+        def hook(_module, _args, output):
+            if self._current is None:
+                return
+            if id(module) in self._seen:
+                raise RuntimeError(f"PipelineExecutor: {type(module).__name__} ran twice in one stage forward; "
+                                   "the I/W split needs each parameterised module once per forward (use B)")
+            self._seen.add(id(module))
+            outs = [output] if isinstance(output, torch.Tensor) else [o for o in output if isinstance(o, torch.Tensor)]
+            self._current.append((params, [o for o in outs if o.requires_grad]))
+        return hook
+
+    @contextmanager
+    def record(self, key: tuple[int, int]):
+        self._current, self._seen = [], set()
+        try:
+            yield
+            self._saved[key] = [(params, outs) for params, outs in self._current if outs]
+        finally:
+            self._current = None
+
+    def pop(self, key: tuple[int, int]) -> list:
+        return self._saved.pop(key)
+
+
+class _ActivationBytes:
+    """Bytes autograd saves for backward per in-flight (stage, microbatch), parameters excluded,
+    counted by a saved_tensors_hooks pack hook during F and released by the last backward."""
+
+    def __init__(self, stages: dict[int, nn.Module]):
+        self._params = {q.data_ptr() for stage in stages.values() for q in stage.parameters()}
+        self._live: dict[tuple[int, int], int] = {}
+        self.current = self.peak = 0
+
+    @contextmanager
+    def track(self, action: Action):
+        key = (action.stage, action.microbatch)
+        if action.kind != F:
+            yield
+            if action.kind in (B, W):
+                self.current -= self._live.pop(key)
+            return
+        seen: dict[tuple[int, int], int] = {}
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            if t.data_ptr() not in self._params:  # a weight, or a view of one (W.t() in addmm)
+                seen[(t.data_ptr(), t.numel())] = t.numel() * t.element_size()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            yield
+        self._live[key] = sum(seen.values())
+        self.current += self._live[key]
+        self.peak = max(self.peak, self.current)

@@ -1,0 +1,185 @@
+"""Check a schedule before anything runs it: coverage, local order, and a dry run of its messages.
+
+A schedule that is wrong does not crash: it hangs (a receive whose send never comes) or, on a
+transport that matches messages in order (NCCL), silently computes on the wrong microbatch.
+`validate` catches both before a process starts:
+
+1. shape and coverage: every action sits on the rank that holds its stage, and every
+   (stage, microbatch) has exactly one F and one backward (B, or I then W);
+2. local order: on its rank, a backward comes after its forward and W after its I;
+3. dry run: every rank walks its list; an action that needs a message (F needs the previous
+   stage's activation, B/I the next stage's gradient) waits until that message is the next one
+   on its channel (src rank -> dst rank, first in first out). Sends never block (the executor
+   posts `isend` and moves on). If the walk stops before every rank is done, the schedule would
+   deadlock and the error names each stalled rank, its action and what it waits for.
+
+Torch's printable 1F1B order (`Schedule1F1B._get_pipeline_order`, torch 2.13) is an example:
+its last rank starts at F1, so that rank has no F0 (rule 1); with F0 added after F1 it waits
+for microbatch 1 while microbatch 0 sits first on its channel (rule 3).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from scaletrain.pipeline.schedules import B, F, I, W, Action, Schedule, stage_rank
+
+__all__ = ["ScheduleError", "Message", "receives", "sends", "validate", "schedule_sizes"]
+
+
+class ScheduleError(ValueError):
+    """A schedule that cannot run; `rank` and `action` say where (None when not about one action)."""
+
+    def __init__(self, message: str, *, rank: int | None = None, action: Action | None = None):
+        super().__init__(message)
+        self.rank, self.action = rank, action
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One tensor between stages: an activation (F, stage s -> s+1) or a gradient (B/I, s -> s-1)."""
+    kind: str          # "activation" | "gradient"
+    src_stage: int
+    dst_stage: int
+    microbatch: int
+
+    def __str__(self) -> str:
+        return f"{self.kind} of microbatch {self.microbatch} (stage {self.src_stage} -> {self.dst_stage})"
+
+
+def receives(action: Action, num_stages: int) -> Message | None:
+    """The message `action` must receive before it can run, if any."""
+    s, i = action.stage, action.microbatch
+    if action.kind == F and s > 0:
+        return Message("activation", s - 1, s, i)
+    if action.kind in (B, I) and s < num_stages - 1:
+        return Message("gradient", s + 1, s, i)
+    return None
+
+
+def sends(action: Action, num_stages: int) -> Message | None:
+    """The message `action` sends when it is done, if any."""
+    s, i = action.stage, action.microbatch
+    if action.kind == F and s < num_stages - 1:
+        return Message("activation", s, s + 1, i)
+    if action.kind in (B, I) and s > 0:
+        return Message("gradient", s, s - 1, i)
+    return None
+
+
+def schedule_sizes(schedule: Schedule) -> tuple[int, int, int]:
+    """(p, m, v) implied by a schedule: ranks, microbatches, chunks per rank."""
+    p = len(schedule)
+    actions = [a for acts in schedule.values() for a in acts]
+    if p == 0 or not actions:
+        raise ScheduleError("empty schedule: expected dict[pp_rank, list[Action]] with actions")
+    num_stages = max(a.stage for a in actions) + 1
+    return p, max(a.microbatch for a in actions) + 1, -(-num_stages // p)
+
+
+def validate(schedule: Schedule, p: int, m: int, v: int = 1) -> None:
+    """Raise `ScheduleError` unless `schedule` runs to completion on p ranks, m microbatches, v chunks."""
+    _check_coverage(schedule, p, m, v)
+    _check_local_order(schedule)
+    _dry_run(schedule, p * v)
+
+
+def _check_coverage(schedule: Schedule, p: int, m: int, v: int) -> None:
+    if sorted(schedule) != list(range(p)):
+        raise ScheduleError(f"schedule ranks are {sorted(schedule)}, expected 0..{p - 1} (one list per pp_rank)")
+    seen: dict[tuple[int, int, str], int] = {}
+    for r, actions in schedule.items():
+        for a in actions:
+            if not isinstance(a, Action):
+                raise ScheduleError(f"rank {r}: {a!r} is not an Action", rank=r)
+            where = f"rank {r}, action {a}"
+            if a.stage >= p * v or a.microbatch >= m:
+                raise ScheduleError(f"{where}: stage must be < p*v = {p * v} and microbatch < m = {m}",
+                                    rank=r, action=a)
+            if stage_rank(a.stage, p) != r:
+                raise ScheduleError(f"{where}: stage {a.stage} lives on rank {stage_rank(a.stage, p)} "
+                                    f"(stage s is on rank s % p)", rank=r, action=a)
+            key = (a.stage, a.microbatch, a.kind)
+            if key in seen:
+                raise ScheduleError(f"{where}: appears twice", rank=r, action=a)
+            seen[key] = r
+    for s in range(p * v):
+        for i in range(m):
+            kinds = {k for k in (F, B, I, W) if (s, i, k) in seen}
+            if kinds not in ({F, B}, {F, I, W}):
+                r = stage_rank(s, p)
+                raise ScheduleError(
+                    f"rank {r}: stage {s}, microbatch {i} has actions {sorted(kinds) or 'none'}; it needs "
+                    f"exactly one F and one backward (B, or I and W)", rank=r)
+
+
+def _check_local_order(schedule: Schedule) -> None:
+    for r, actions in schedule.items():
+        position = {a: n for n, a in enumerate(actions)}
+        for a in actions:
+            before = {B: F, I: F, W: I}.get(a.kind)
+            if before and position.get(Action(a.stage, before, a.microbatch), -1) > position[a]:
+                raise ScheduleError(f"rank {r}, action {a}: runs before {before}{a.microbatch}@s{a.stage}, "
+                                    f"which it depends on", rank=r, action=a)
+
+
+def _dry_run(schedule: Schedule, num_stages: int) -> None:
+    """Walk every rank's list as the executor would; raise `ScheduleError` if a rank cannot finish.
+
+    State: `cursor[r]`, the index of rank r's next action, and `channels[(src, dst)]`, a deque of
+    the messages rank src has sent to rank dst that dst has not received yet (first in, first
+    out; ranks from `stage_rank`). Sweep over the ranks until a sweep moves no rank; in a sweep,
+    each rank runs actions while it can:
+      * an action whose `receives(a, num_stages)` is a message can run only if that message is
+        at the head of its channel (then pop it): anything else there means the receive would
+        wait forever, or take the wrong tensor on a transport that matches in order;
+      * after running, the message of `sends(a, num_stages)`, if any, is appended to its channel
+        (a send never blocks: the executor posts `isend` and moves on).
+    If some rank's cursor did not reach the end of its list, raise `ScheduleError(message,
+    rank=r, action=a)`: r is the lowest stalled rank, a its stalled action, and the message is
+    "schedule deadlocks:" followed by one indented line per stalled rank (`_why_stalled`).
+    """
+    # BEGIN SOLUTION
+    p = len(schedule)
+    channels: dict[tuple[int, int], deque[Message]] = {}
+    cursor = {r: 0 for r in schedule}
+    progress = True
+    while progress:
+        progress = False
+        for r, actions in schedule.items():
+            while cursor[r] < len(actions):
+                a = actions[cursor[r]]
+                need = receives(a, num_stages)
+                if need is not None:
+                    queue = channels.get((stage_rank(need.src_stage, p), r))
+                    if not queue or queue[0] != need:
+                        break  # blocked: the message it needs is not next on its channel
+                    queue.popleft()
+                out = sends(a, num_stages)
+                if out is not None:
+                    channels.setdefault((r, stage_rank(out.dst_stage, p)), deque()).append(out)
+                cursor[r] += 1
+                progress = True
+    stalled = [r for r in schedule if cursor[r] < len(schedule[r])]
+    if stalled:
+        lines = [_why_stalled(r, schedule, cursor, channels, num_stages) for r in stalled]
+        r = stalled[0]
+        raise ScheduleError("schedule deadlocks:\n  " + "\n  ".join(lines), rank=r, action=schedule[r][cursor[r]])
+    # END SOLUTION
+
+
+def _why_stalled(r: int, schedule: Schedule, cursor: dict, channels: dict, num_stages: int) -> str:
+    """One line: where rank r stalls, what it waits for, and why that message does not come."""
+    p = len(schedule)
+    a = schedule[r][cursor[r]]
+    need = receives(a, num_stages)
+    src = stage_rank(need.src_stage, p)
+    queue = channels.get((src, r))
+    head = f"rank {r} stalls at {a} (action #{cursor[r]}): it waits for the {need} from rank {src}"
+    if queue:
+        return (f"{head}, but the next message from rank {src} is the {queue[0]} "
+                f"(receives must be posted in the order the sender sends)")
+    if cursor[src] < len(schedule[src]):
+        return f"{head}, which is itself stalled at {schedule[src][cursor[src]]}"
+    return f"{head}, which finished without sending it"

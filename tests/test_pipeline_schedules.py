@@ -1,0 +1,177 @@
+"""Schedules as pure functions: hand-written tables, the validator's rejections, the simulator's
+closed forms (seminar notes "Large-scale DL optimizations" §1.2.3; ANCHORS.md, pipeline formulas)."""
+
+import pytest
+
+from scaletrain.pipeline import (Action, ScheduleError, costs_from_timeline, gpipe, interleaved_1f1b, one_f_one_b,
+                                 simulate, validate, zb_h1)
+
+
+def table(rows: dict[int, str], stage_of=None) -> dict[int, list[Action]]:
+    """{rank: "F0 F1 B0"} -> schedule; "F2@3" names stage 3 (default: the rank's own stage)."""
+    out = {}
+    for r, text in rows.items():
+        acts = []
+        for tok in text.split():
+            body, _, stage = tok.partition("@")
+            acts.append(Action(int(stage) if stage else r, body[0], int(body[1:])))
+        out[r] = acts
+    return out
+
+
+def test_gpipe_table():
+    assert gpipe(2, 3) == table({0: "F0 F1 F2 B0 B1 B2", 1: "F0 F1 F2 B0 B1 B2"})
+
+
+def test_one_f_one_b_table():
+    assert one_f_one_b(3, 4) == table({
+        0: "F0 F1 F2 B0 F3 B1 B2 B3",   # warm-up 2, steady 2 pairs, cool-down 2
+        1: "F0 F1 B0 F2 B1 F3 B2 B3",   # warm-up 1
+        2: "F0 B0 F1 B1 F2 B2 F3 B3",   # last stage: strictly alternating
+    })
+
+
+def test_interleaved_table():
+    # p=2, v=2: rank 0 holds stages 0, 2; rank 1 holds 1, 3. Microbatches in groups of p per chunk.
+    assert interleaved_1f1b(2, 4, 2) == table({
+        0: "F0@0 F1@0 F0@2 F1@2 F2@0 B0@2 F3@0 B1@2 F2@2 B0@0 F3@2 B1@0 B2@2 B3@2 B2@0 B3@0",
+        1: "F0@1 F1@1 F0@3 B0@3 F1@3 B1@3 F2@1 B0@1 F3@1 B1@1 F2@3 B2@3 F3@3 B3@3 B2@1 B3@1",
+    })
+
+
+def test_zb_h1_table():
+    # rank r holds back its first r weight passes and runs them at the end
+    assert zb_h1(3, 4) == table({
+        0: "F0 F1 F2 I0 W0 F3 I1 W1 I2 W2 I3 W3",
+        1: "F0 F1 I0 F2 I1 W0 F3 I2 W1 I3 W2 W3",
+        2: "F0 I0 F1 I1 F2 I2 W0 F3 I3 W1 W2 W3",
+    })
+
+
+GENERATED = [("gpipe", lambda p, m: gpipe(p, m), 1), ("1f1b", lambda p, m: one_f_one_b(p, m), 1),
+             ("zb_h1", lambda p, m: zb_h1(p, m), 1), ("interleaved2", lambda p, m: interleaved_1f1b(p, m, 2), 2),
+             ("interleaved3", lambda p, m: interleaved_1f1b(p, m, 3), 3)]
+
+
+@pytest.mark.parametrize("name,make,v", GENERATED, ids=[g[0] for g in GENERATED])
+def test_simulator_matches_closed_forms(name, make, v):
+    checked = 0
+    for p in range(1, 7):
+        for m in sorted({p, p + 1, 2 * p, 2 * p + 1, 3 * p, 5 * p + 2}):
+            if v > 1 and m % p:
+                continue
+            schedule = make(p, m)
+            validate(schedule, p, m, v)
+            sim = simulate(schedule, t_f=1.0, t_b=2.0)  # zb_h1: t_I = t_W = 1 = t_F
+            expected = {"gpipe": (p - 1) / (m + p - 1), "1f1b": (p - 1) / (m + p - 1),
+                        "zb_h1": (p - 1) / (3 * m + p - 1)}.get(name, (p - 1) / (v * m + p - 1))
+            assert sim.bubble_fraction == pytest.approx(expected, abs=1e-12), (p, m)
+            peak = {"gpipe": [m] * p, "1f1b": [p - r for r in range(p)], "zb_h1": [p] * p}.get(name)
+            if peak is not None:
+                assert list(sim.peak_in_flight) == peak, (p, m)
+            checked += 1
+    assert checked >= 20
+
+
+def test_gpipe_makespan_with_communication():
+    # forward fill and backward drain each cross p-1 links: (m+p-1)(t_f+t_b) + 2(p-1) t_comm
+    for p, m in [(2, 3), (4, 8), (5, 2)]:
+        sim = simulate(gpipe(p, m), t_f=1.0, t_b=3.0, t_comm=0.25)
+        assert sim.makespan == pytest.approx((m + p - 1) * 4.0 + 2 * (p - 1) * 0.25)
+
+
+def test_uneven_stages_are_limited_by_the_slowest():
+    # forward-only GPipe (t_b = 0): the last forward ends at sum(c) + (m - 1) * max(c)
+    cost = [1.0, 3.0, 2.0]
+    for m in (1, 4, 7):
+        sim = simulate(gpipe(3, m), t_f=lambda a: cost[a.stage], t_b=0.0)
+        assert sim.makespan == pytest.approx(sum(cost) + (m - 1) * max(cost))
+
+
+@pytest.mark.parametrize("schedule", [one_f_one_b(4, 6), zb_h1(3, 5), interleaved_1f1b(2, 4, 2)],
+                         ids=["1f1b", "zb_h1", "interleaved"])
+def test_costs_fitted_to_a_timeline_recover_the_simulated_costs(schedule):
+    truth = dict(t_f=1.5, t_b=2.6, t_i=1.0, t_w=1.6, t_comm=0.3)
+    fitted = costs_from_timeline(simulate(schedule, **truth).spans)
+    kinds = {a.kind for acts in schedule.values() for a in acts}
+    for key, kind in (("t_f", "F"), ("t_i", "I"), ("t_w", "W"), ("t_comm", None)):
+        if kind is None or kind in kinds:
+            assert fitted[key] == pytest.approx(truth[key]), key
+    assert fitted["t_b"] == pytest.approx(truth["t_b"])  # B itself, or I + W for a split schedule
+
+
+def test_simulator_spans_respect_dependencies():
+    sim = simulate(interleaved_1f1b(3, 6, 2), t_comm=0.5)
+    end = {s.action: s.end for s in sim.spans}
+    for s in sim.spans:
+        a = s.action
+        if a.kind == "F" and a.stage > 0:
+            assert s.start >= end[Action(a.stage - 1, "F", a.microbatch)] + 0.5
+        if a.kind == "B" and a.stage < 5:
+            assert s.start >= end[Action(a.stage + 1, "B", a.microbatch)] + 0.5
+
+
+@pytest.mark.parametrize("call,needle", [
+    (lambda: one_f_one_b(4, 3), "m >= p"),
+    (lambda: zb_h1(3, 2), "m >= p"),
+    (lambda: interleaved_1f1b(3, 4, 2), "multiple of p"),
+    (lambda: interleaved_1f1b(2, 4, 1), "v >= 2"),
+    (lambda: gpipe(0, 4), "p must be a positive int"),
+    (lambda: Action(0, "X", 0), "kind must be one of"),
+])
+def test_bad_sizes_raise_clear_errors(call, needle):
+    with pytest.raises(ValueError, match=needle):
+        call()
+
+
+def test_validate_rejects_a_moved_action_with_the_stalled_ranks():
+    schedule = one_f_one_b(3, 4)
+    acts = schedule[0]
+    acts.insert(1, acts.pop(acts.index(Action(0, "B", 0))))  # rank 0: F0 B0 F1 ... waits for itself
+    with pytest.raises(ScheduleError) as err:
+        validate(schedule, 3, 4)
+    text = str(err.value)
+    assert "rank 0 stalls at B0@s0" in text and "rank 1 stalls at F1@s1" in text
+    assert err.value.rank == 0 and err.value.action == Action(0, "B", 0)
+
+
+def test_validate_rejects_torch_printable_1f1b_order():
+    # torch 2.13 Schedule1F1B._get_pipeline_order, p=2, m=3: the last rank starts at F1 (no F0, an F3)
+    torch_order = table({0: "F0 F1 B0 F2 B1 B2", 1: "F1 B0 F2 B1 F3 B2"})
+    with pytest.raises(ScheduleError, match=r"rank 1, action F3@s1: stage must be < p\*v = 2 and microbatch < m = 3"):
+        validate(torch_order, 2, 3)
+    # with the last rank's microbatches renumbered F1 first, every action exists once, yet
+    # rank 1 waits for microbatch 1 while microbatch 0 is next on its channel
+    reordered = table({0: "F0 F1 B0 F2 B1 B2", 1: "F1 B1 F0 B0 F2 B2"})
+    with pytest.raises(ScheduleError, match="rank 1 stalls at F1@s1.*next message from rank 0 is the activation of mi"):
+        validate(reordered, 2, 3)
+
+
+@pytest.mark.parametrize("rows,p,m,v,needle", [
+    ({0: "F0 B0", 1: "F0 B0"}, 2, 2, 1, "microbatch 1 has actions none"),
+    ({0: "F0 B0 F1 B1 B1", 1: "F0 B0 F1 B1"}, 2, 2, 1, "appears twice"),
+    ({0: "F0 F1 B0 B1", 1: "F0 F1 B0 B1 I1 W1"}, 2, 2, 1, "exactly one F and one backward"),
+    ({0: "F0 F1 B0 B1", 1: "F0 F1 B0 W1 I1"}, 2, 2, 1, "runs before I1@s1"),
+    ({0: "F0 F1 B0 B1", 1: "F0 F1 B0 B1@0"}, 2, 2, 1, "stage 0 lives on rank 0"),
+    ({0: "F0 B0"}, 2, 1, 1, "schedule ranks are"),
+])
+def test_validate_rejects_bad_coverage_and_order(rows, p, m, v, needle):
+    with pytest.raises(ScheduleError, match=needle):
+        validate(table(rows), p, m, v)
+
+
+def test_validate_accepts_a_reordered_but_consistent_schedule():
+    # any order that respects dependencies and channel order is valid, e.g. backward in reverse (Varuna-style table)
+    schedule = table({0: "F0 F1 F2 B2 B1 B0", 1: "F0 F1 F2 B2 B1 B0"})
+    validate(schedule, 2, 3)
+    assert simulate(schedule).bubble_fraction == pytest.approx(1 / 4)
+
+
+def test_plot_schedule_draws_one_bar_per_action():
+    import matplotlib
+    matplotlib.use("Agg")
+    from scaletrain.pipeline import plot_schedule
+    sim = simulate(zb_h1(3, 4))
+    ax = plot_schedule(sim)
+    assert len(ax.patches) == len(sim.spans) == 3 * 4 * 3
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["rank 0", "rank 1", "rank 2"]
