@@ -154,6 +154,10 @@ def forbid_aten(*op_names: str) -> Iterator[None]:
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class AtenGuard(TorchDispatchMode):
+        @classmethod
+        def _should_skip_dynamo(cls):  # else the first dispatch imports torch._dynamo (~2.5 s)
+            return False
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             name = func.overloadpacket.__name__
             if name in op_names:

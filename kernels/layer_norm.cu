@@ -1,0 +1,335 @@
+// Fused LayerNorm over the last dimension, forward and backward, fp32 / fp16 / bf16 storage with
+// fp32 arithmetic.  Pure CUDA: `nvcc -std=c++17 -arch=sm_80 -c kernels/layer_norm.cu`.
+//
+//   kernel                     idea
+//   layer_norm_fwd_rows        row in registers; mean and variance from ONE reduction of the pair
+//                              (sum d, sum d^2), d = x - x[0] ("Rewrite Reduction: LayerNorm
+//                              Forward", accelerating-transformer-training-lecture.md: sigma^2 =
+//                              mu(x^2) - mu(x)^2; the shift by x[0] keeps it exact when |mu| >> sigma)
+//   layer_norm_fwd_looped      rows too long for registers: sums pass, then normalize pass
+//   layer_norm_bwd_rows/_looped  dx by the LightSeq rewrite (same lecture, "LayerNorm Backward"):
+//                              with g = w * dy, one reduction of the pair (sum g, sum g x) and
+//                                dx_i = rstd g_i + alpha_i sum_j g_j + beta_i sum_j g_j x_j,
+//                                alpha_i = ((x_i - mu) mu rstd^2 - 1) rstd / N,
+//                                beta_i  = (mu - x_i) rstd^3 / N
+//                              (the slide prints sigma where sigma^2 belongs in alpha's numerator)
+//   layer_norm_dwdb_partial    dweight_j = sum_r dy_rj xhat_rj, dbias_j = sum_r dy_rj: a cross-row
+//   layer_norm_dwdb_final      reduction in two stages (row groups -> fp32 partials -> sum)
+#include "kernel_utils.cuh"
+
+namespace st {
+
+// Loads weight/bias pieces, or 1 / 0 when the pointer is null (elementwise_affine=False).
+template <typename T, int VEC>
+__device__ __forceinline__ void load_affine(const T* p, int64_t col, int64_t cols, bool aligned,
+                                            float (&out)[VEC], float absent) {
+  if (p != nullptr) {
+    load_piece<T, VEC>(p, col, cols, aligned, out, 0.f);
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) out[k] = absent;
+  }
+}
+
+// (mean, rstd) from the shifted sums s = (sum d, sum d^2), d = x - shift.
+__device__ __forceinline__ F2 moments(F2 s, float shift, int64_t cols, float eps) {
+  const float mean_d = s.a / cols;
+  const float var = fmaxf(s.b / cols - mean_d * mean_d, 0.f);
+  return {shift + mean_d, rsqrtf(var + eps)};
+}
+
+// Row layout as in softmax.cu.  Sums of d = x - x[0] and d^2 in one F2, one row_reduce
+// (Sum2Op), moments(), thread 0 stores mean and rstd, then normalize from registers.
+template <typename T, int THREADS, int CHUNKS>
+__global__ void __launch_bounds__(THREADS == kWarp ? kWarp * kWarpRowsPerBlock : THREADS)
+layer_norm_fwd_rows(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                    T* __restrict__ y, float* __restrict__ mean, float* __restrict__ rstd,
+                    int64_t rows, int64_t cols, float eps, bool aligned) {
+  constexpr int VEC = vec_width<T>();
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+  if (row >= rows) return;
+  // BEGIN SOLUTION
+  const T* xr = x + row * cols;
+  const float shift = to_float(xr[0]);
+  float v[CHUNKS][VEC];
+  F2 s = Sum2Op::identity();
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) {
+    const int64_t col = (static_cast<int64_t>(c) * THREADS + threadIdx.x) * VEC;
+    load_piece<T, VEC>(xr, col, cols, aligned, v[c], shift);  // padding: d = 0 adds nothing
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      const float d = v[c][k] - shift;
+      s.a += d;
+      s.b += d * d;
+    }
+  }
+  const F2 m = moments(row_reduce<THREADS>(s, Sum2Op()), shift, cols, eps);
+  if (threadIdx.x == 0) {
+    mean[row] = m.a;
+    rstd[row] = m.b;
+  }
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) {
+    const int64_t col = (static_cast<int64_t>(c) * THREADS + threadIdx.x) * VEC;
+    float wv[VEC], bv[VEC];
+    load_affine<T, VEC>(w, col, cols, aligned, wv, 1.f);
+    load_affine<T, VEC>(b, col, cols, aligned, bv, 0.f);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) v[c][k] = (v[c][k] - m.a) * m.b * wv[k] + bv[k];
+    store_piece<T, VEC>(y + row * cols, col, cols, aligned, v[c]);
+  }
+  // STUB: #error "a1 task 1.8: implement the register-resident LayerNorm forward."
+  // END SOLUTION
+}
+
+// Rows beyond the last bucket: a sums pass, then a normalize pass over global memory.
+template <typename T, int THREADS>
+__global__ void __launch_bounds__(THREADS)
+layer_norm_fwd_looped(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                      T* __restrict__ y, float* __restrict__ mean, float* __restrict__ rstd,
+                      int64_t cols, float eps, bool aligned) {
+  constexpr int VEC = vec_width<T>();
+  const int64_t row = blockIdx.x;
+  // BEGIN SOLUTION
+  const T* xr = x + row * cols;
+  const float shift = to_float(xr[0]);
+  F2 s = Sum2Op::identity();
+  for (int64_t col = static_cast<int64_t>(threadIdx.x) * VEC; col < cols; col += THREADS * VEC) {
+    float v[VEC];
+    load_piece<T, VEC>(xr, col, cols, aligned, v, shift);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      const float d = v[k] - shift;
+      s.a += d;
+      s.b += d * d;
+    }
+  }
+  const F2 m = moments(row_reduce<THREADS>(s, Sum2Op()), shift, cols, eps);
+  if (threadIdx.x == 0) {
+    mean[row] = m.a;
+    rstd[row] = m.b;
+  }
+  for (int64_t col = static_cast<int64_t>(threadIdx.x) * VEC; col < cols; col += THREADS * VEC) {
+    float v[VEC], wv[VEC], bv[VEC];
+    load_piece<T, VEC>(xr, col, cols, aligned, v, 0.f);
+    load_affine<T, VEC>(w, col, cols, aligned, wv, 1.f);
+    load_affine<T, VEC>(b, col, cols, aligned, bv, 0.f);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) v[k] = (v[k] - m.a) * m.b * wv[k] + bv[k];
+    store_piece<T, VEC>(y + row * cols, col, cols, aligned, v);
+  }
+  // STUB: #error "a1 task 1.8: implement the looped LayerNorm forward for long rows."
+  // END SOLUTION
+}
+
+// dx_i from x_i, g_i = w_i dy_i, the row's (sum g, sum g x) and its saved mean / rstd.
+__device__ __forceinline__ float layer_norm_dx(float xi, float gi, F2 sums, float mu, float r, int64_t cols) {
+  const float alpha = ((xi - mu) * mu * r * r - 1.f) * r / cols;
+  const float beta = (mu - xi) * r * r * r / cols;
+  return r * gi + alpha * sums.a + beta * sums.b;
+}
+
+// x and g = w * dy in registers; (sum g, sum g x) in one F2 row_reduce; layer_norm_dx per element.
+template <typename T, int THREADS, int CHUNKS>
+__global__ void __launch_bounds__(THREADS == kWarp ? kWarp * kWarpRowsPerBlock : THREADS)
+layer_norm_bwd_rows(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
+                    const float* __restrict__ mean, const float* __restrict__ rstd, T* __restrict__ dx,
+                    int64_t rows, int64_t cols, bool aligned) {
+  constexpr int VEC = vec_width<T>();
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+  if (row >= rows) return;
+  // BEGIN SOLUTION
+  float xv[CHUNKS][VEC], gv[CHUNKS][VEC];
+  F2 s = Sum2Op::identity();  // (sum g, sum g x): both reductions in one synchronization
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) {
+    const int64_t col = (static_cast<int64_t>(c) * THREADS + threadIdx.x) * VEC;
+    float wv[VEC];
+    load_piece<T, VEC>(x + row * cols, col, cols, aligned, xv[c], 0.f);
+    load_piece<T, VEC>(dy + row * cols, col, cols, aligned, gv[c], 0.f);
+    load_affine<T, VEC>(w, col, cols, aligned, wv, 1.f);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      gv[c][k] *= wv[k];
+      s.a += gv[c][k];
+      s.b += gv[c][k] * xv[c][k];
+    }
+  }
+  s = row_reduce<THREADS>(s, Sum2Op());
+  const float mu = mean[row], r = rstd[row];
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) gv[c][k] = layer_norm_dx(xv[c][k], gv[c][k], s, mu, r, cols);
+    store_piece<T, VEC>(dx + row * cols, (static_cast<int64_t>(c) * THREADS + threadIdx.x) * VEC, cols,
+                        aligned, gv[c]);
+  }
+  // STUB: #error "a1 task 1.9: implement the register-resident LayerNorm backward for x."
+  // END SOLUTION
+}
+
+// Rows beyond the last bucket: a sums pass, then a dx pass (x, dy, w re-read).
+template <typename T, int THREADS>
+__global__ void __launch_bounds__(THREADS)
+layer_norm_bwd_looped(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
+                      const float* __restrict__ mean, const float* __restrict__ rstd, T* __restrict__ dx,
+                      int64_t cols, bool aligned) {
+  constexpr int VEC = vec_width<T>();
+  const int64_t row = blockIdx.x, base = row * cols;
+  // BEGIN SOLUTION
+  F2 s = Sum2Op::identity();
+  for (int64_t col = static_cast<int64_t>(threadIdx.x) * VEC; col < cols; col += THREADS * VEC) {
+    float xv[VEC], gv[VEC], wv[VEC];
+    load_piece<T, VEC>(x + base, col, cols, aligned, xv, 0.f);
+    load_piece<T, VEC>(dy + base, col, cols, aligned, gv, 0.f);
+    load_affine<T, VEC>(w, col, cols, aligned, wv, 1.f);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      s.a += gv[k] * wv[k];
+      s.b += gv[k] * wv[k] * xv[k];
+    }
+  }
+  s = row_reduce<THREADS>(s, Sum2Op());
+  const float mu = mean[row], r = rstd[row];
+  for (int64_t col = static_cast<int64_t>(threadIdx.x) * VEC; col < cols; col += THREADS * VEC) {
+    float xv[VEC], gv[VEC], wv[VEC];
+    load_piece<T, VEC>(x + base, col, cols, aligned, xv, 0.f);
+    load_piece<T, VEC>(dy + base, col, cols, aligned, gv, 0.f);
+    load_affine<T, VEC>(w, col, cols, aligned, wv, 1.f);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) gv[k] = layer_norm_dx(xv[k], gv[k] * wv[k], s, mu, r, cols);
+    store_piece<T, VEC>(dx + base, col, cols, aligned, gv);
+  }
+  // STUB: #error "a1 task 1.9: implement the looped LayerNorm backward for x."
+  // END SOLUTION
+}
+
+// ---- dweight, dbias: reduce over rows --------------------------------------------------------
+// Stage 1: block (32, 8) owns 32 columns (coalesced 32-element row segments) and one group of
+// rows; its 8 row lanes accumulate in registers, then a shared-memory column sum writes one
+// fp32 partial per (group, column).  Stage 2 sums the groups' partials per column.
+constexpr int kDwdbCols = 32, kDwdbLanes = 8;
+constexpr int64_t kDwdbMinRowsPerGroup = 64, kDwdbMaxGroups = 256;  // workspace <= 2 KiB per column
+
+template <typename T>
+__global__ void __launch_bounds__(kDwdbCols * kDwdbLanes)
+layer_norm_dwdb_partial(const T* __restrict__ dy, const T* __restrict__ x, const float* __restrict__ mean,
+                        const float* __restrict__ rstd, float* __restrict__ part_w, float* __restrict__ part_b,
+                        int64_t rows, int64_t cols, int64_t rows_per_group) {
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * kDwdbCols + threadIdx.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.y) * rows_per_group;
+  const int64_t last = min(first + rows_per_group, rows);
+  float acc_w = 0.f, acc_b = 0.f;
+  if (col < cols) {
+    for (int64_t r = first + threadIdx.y; r < last; r += kDwdbLanes) {
+      const float g = to_float(dy[r * cols + col]);
+      acc_w += g * (to_float(x[r * cols + col]) - mean[r]) * rstd[r];
+      acc_b += g;
+    }
+  }
+  __shared__ float sw[kDwdbLanes][kDwdbCols + 1], sb[kDwdbLanes][kDwdbCols + 1];  // +1: no bank conflicts
+  sw[threadIdx.y][threadIdx.x] = acc_w;
+  sb[threadIdx.y][threadIdx.x] = acc_b;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+#pragma unroll
+    for (int l = 1; l < kDwdbLanes; ++l) {
+      acc_w += sw[l][threadIdx.x];
+      acc_b += sb[l][threadIdx.x];
+    }
+    part_w[blockIdx.y * cols + col] = acc_w;
+    part_b[blockIdx.y * cols + col] = acc_b;
+  }
+}
+
+template <typename T>
+__global__ void layer_norm_dwdb_final(const float* __restrict__ part_w, const float* __restrict__ part_b,
+                                      T* __restrict__ dw, T* __restrict__ db, int64_t groups, int64_t cols) {
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (col >= cols) return;
+  float acc_w = 0.f, acc_b = 0.f;
+  for (int64_t g = 0; g < groups; ++g) {  // consecutive threads read consecutive columns
+    acc_w += part_w[g * cols + col];
+    acc_b += part_b[g * cols + col];
+  }
+  if (dw != nullptr) dw[col] = from_float<T>(acc_w);
+  if (db != nullptr) db[col] = from_float<T>(acc_b);
+}
+
+inline int64_t dwdb_rows_per_group(int64_t rows) {
+  return max(kDwdbMinRowsPerGroup, (rows + kDwdbMaxGroups - 1) / kDwdbMaxGroups);
+}
+inline int64_t dwdb_groups(int64_t rows) { return (rows + dwdb_rows_per_group(rows) - 1) / dwdb_rows_per_group(rows); }
+
+template <typename T>
+int layer_norm_fwd(const void* x, const void* w, const void* b, void* y, float* mean, float* rstd,
+                   int64_t rows, int64_t cols, float eps, cudaStream_t stream) {
+  constexpr int VEC = vec_width<T>();
+  const bool aligned = cols % VEC == 0 && is_aligned16(x) && is_aligned16(w) && is_aligned16(b) && is_aligned16(y);
+  const T *xt = static_cast<const T*>(x), *wt = static_cast<const T*>(w), *bt = static_cast<const T*>(b);
+  T* yt = static_cast<T*>(y);
+  dispatch_row_buckets(
+      (cols + VEC - 1) / VEC,
+      [&](auto threads, auto chunks) {
+        constexpr int kThreads = decltype(threads)::value, kChunks = decltype(chunks)::value;
+        layer_norm_fwd_rows<T, kThreads, kChunks><<<row_grid(kThreads, rows), row_block(kThreads), 0, stream>>>(
+            xt, wt, bt, yt, mean, rstd, rows, cols, eps, aligned);
+      },
+      [&] {
+        layer_norm_fwd_looped<T, kLoopedThreads><<<static_cast<unsigned>(rows), kLoopedThreads, 0, stream>>>(
+            xt, wt, bt, yt, mean, rstd, cols, eps, aligned);
+      });
+  return cudaGetLastError();
+}
+
+template <typename T>
+int layer_norm_bwd(const void* dy, const void* x, const void* w, const float* mean, const float* rstd, void* dx,
+                   void* dw, void* db, float* workspace, int64_t rows, int64_t cols, cudaStream_t stream) {
+  constexpr int VEC = vec_width<T>();
+  const bool aligned = cols % VEC == 0 && is_aligned16(dy) && is_aligned16(x) && is_aligned16(w) && is_aligned16(dx);
+  const T *gt = static_cast<const T*>(dy), *xt = static_cast<const T*>(x), *wt = static_cast<const T*>(w);
+  T* dxt = static_cast<T*>(dx);
+  dispatch_row_buckets(
+      (cols + VEC - 1) / VEC,
+      [&](auto threads, auto chunks) {
+        constexpr int kThreads = decltype(threads)::value, kChunks = decltype(chunks)::value;
+        layer_norm_bwd_rows<T, kThreads, kChunks><<<row_grid(kThreads, rows), row_block(kThreads), 0, stream>>>(
+            gt, xt, wt, mean, rstd, dxt, rows, cols, aligned);
+      },
+      [&] {
+        layer_norm_bwd_looped<T, kLoopedThreads><<<static_cast<unsigned>(rows), kLoopedThreads, 0, stream>>>(
+            gt, xt, wt, mean, rstd, dxt, cols, aligned);
+      });
+  if (dw != nullptr || db != nullptr) {
+    const int64_t groups = dwdb_groups(rows);
+    float *part_w = workspace, *part_b = workspace + groups * cols;
+    const dim3 grid(static_cast<unsigned>((cols + kDwdbCols - 1) / kDwdbCols), static_cast<unsigned>(groups));
+    layer_norm_dwdb_partial<T><<<grid, dim3(kDwdbCols, kDwdbLanes), 0, stream>>>(gt, xt, mean, rstd, part_w, part_b,
+                                                                                 rows, cols, dwdb_rows_per_group(rows));
+    layer_norm_dwdb_final<T><<<static_cast<unsigned>((cols + 255) / 256), 256, 0, stream>>>(
+        part_w, part_b, static_cast<T*>(dw), static_cast<T*>(db), groups, cols);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace st
+
+extern "C" int64_t st_layer_norm_bwd_workspace(int64_t rows, int64_t cols) {
+  return 2 * st::dwdb_groups(rows) * cols;
+}
+
+extern "C" int st_layer_norm_fwd(int dtype, const void* x, const void* weight, const void* bias, void* y,
+                                 float* mean, float* rstd, int64_t rows, int64_t cols, float eps,
+                                 cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return cudaSuccess;
+  ST_DISPATCH_DTYPE(dtype, st::layer_norm_fwd, x, weight, bias, y, mean, rstd, rows, cols, eps, stream);
+}
+
+extern "C" int st_layer_norm_bwd(int dtype, const void* dy, const void* x, const void* weight,
+                                 const float* mean, const float* rstd, void* dx, void* dweight, void* dbias,
+                                 float* workspace, int64_t rows, int64_t cols, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return cudaSuccess;
+  ST_DISPATCH_DTYPE(dtype, st::layer_norm_bwd, dy, x, weight, mean, rstd, dx, dweight, dbias, workspace, rows,
+                    cols, stream);
+}

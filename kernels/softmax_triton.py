@@ -1,0 +1,184 @@
+"""Fused softmax over the last dimension in Triton: the same algorithms as kernels/softmax.cu.
+
+Why fuse: the naive PyTorch softmax (max, subtract, exp, sum, divide: five kernels) reads
+5MN + 2M elements and writes 3MN + 2M for an (M, N) input ("Fused Kernels",
+techniques-for-large-scale-training.md).  One kernel that keeps a row on chip reads MN and
+writes MN, the minimum; softmax is memory-bound, so time follows bytes.
+
+Each program owns a tile of BLOCK_M rows x BLOCK_N columns (several short rows per program, like
+the warp-per-row CUDA kernels and LightSeq's `ker_attn_softmax_lt32`; the wrapper picks the tile
+per row length, as LightSeq's templated launcher does):
+  * the row fits one tile (SINGLE_TILE): load once, max, exp, sum, divide, store;
+  * longer rows: pass 1 streams the row keeping an online (max m, sum d) with
+    d <- d * exp(m_old - m_new) + sum(exp(x - m_new)) (Milakov & Gimelshein, 2018); pass 2
+    re-reads the row and writes exp(x - m) / d.
+All arithmetic is fp32 whatever the storage (fp32, fp16, bf16).
+
+Backward: dx = y * (dy - sum_j dy_j y_j), one row reduction then an elementwise pass.
+
+Runs on a GPU, or on CPU tensors under the Triton interpreter (TRITON_INTERPRET=1 set before
+triton is imported).  Wrappers take contiguous (rows, cols) tensors; scaletrain.ops flattens.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from scaletrain.ops.mask import MaskView
+
+MAX_TILE_COLS = 8192  # longest row held in one tile; longer rows take the two-pass loop
+# Elements per program for short rows (BLOCK_M = TILE_ELEMENTS // BLOCK_N).  The interpreter
+# (CPU tensors) pays ~1 ms of Python per program, so it gets larger tiles; the math is the same.
+TILE_ELEMENTS = {"gpu": 4096, "interpreter": 65536}
+
+
+@triton.jit
+def _load_scores(x_ptr, mask_ptr, rows, cols, row, col, causal_len,
+                 m_size1, m_size2, m_stride0, m_stride1, m_stride2, m_col_stride,
+                 HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr):
+    """fp32 tile x[row, col] + mask, -inf outside the row or in the causal future.
+    row: [BLOCK_M] int64, col: [BLOCK_N]; rows past the end read 0 (finite, never stored).
+
+    HAS_MASK: add the mask element of (row, col), read through the MaskView strides:
+      i2 = row % m_size2, i1 = row // m_size2 % m_size1, i0 = row // (m_size2 * m_size1),
+      offset = i0 * m_stride0 + i1 * m_stride1 + i2 * m_stride2 + col * m_col_stride.
+    CAUSAL: row r is query r % causal_len; columns after it become -inf (LightSeq's mask_future).
+    """
+    row_ok = row < rows
+    inside = row_ok[:, None] & (col[None, :] < cols)
+    x = tl.load(x_ptr + row[:, None] * cols + col[None, :], mask=inside, other=float("-inf")).to(tl.float32)
+    if HAS_MASK:
+        # BEGIN SOLUTION
+        i2 = row % m_size2
+        i1 = (row // m_size2) % m_size1
+        i0 = row // (m_size2 * m_size1)
+        base = i0 * m_stride0 + i1 * m_stride1 + i2 * m_stride2
+        x += tl.load(mask_ptr + base[:, None] + col[None, :] * m_col_stride, mask=inside, other=0.0).to(tl.float32)
+        # END SOLUTION
+    if CAUSAL:
+        # BEGIN SOLUTION
+        x = tl.where(col[None, :] > (row % causal_len)[:, None], float("-inf"), x)
+        # END SOLUTION
+    return tl.where(row_ok[:, None], x, 0.0)
+
+
+@triton.jit
+def softmax_fwd_kernel(x_ptr, y_ptr, mask_ptr, rows, cols, causal_len,
+                       m_size1, m_size2, m_stride0, m_stride1, m_stride2, m_col_stride,
+                       HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, SINGLE_TILE: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """y = softmax(x + mask) for the BLOCK_M rows of program_id(0); see the module doc.
+
+    SINGLE_TILE (the row fits BLOCK_N): one _load_scores, the row max, exp(x - max), the row sum,
+    divide, one masked tl.store (it casts to y's dtype).  Otherwise stream the row in BLOCK_N
+    chunks twice: pass 1 keeps the online (m, d) per row -- guard the all -inf prefix, where
+    exp(-inf - -inf) is NaN --, pass 2 writes exp(x - m) / d.  Reduce with tl.max / tl.sum over
+    axis=1; accumulate in fp32.
+    """
+    row = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    col = tl.arange(0, BLOCK_N)
+    # BEGIN SOLUTION
+    if SINGLE_TILE:
+        x = _load_scores(x_ptr, mask_ptr, rows, cols, row, col, causal_len, m_size1, m_size2,
+                         m_stride0, m_stride1, m_stride2, m_col_stride, HAS_MASK, CAUSAL)
+        row_max = tl.max(x, axis=1)
+        num = tl.exp(x - row_max[:, None])  # padding: exp(-inf) = 0
+        y = num / tl.sum(num, axis=1)[:, None]
+        out = (row < rows)[:, None] & (col[None, :] < cols)
+        tl.store(y_ptr + row[:, None] * cols + col[None, :], y, mask=out)
+    else:
+        m = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+        d = tl.zeros((BLOCK_M,), tl.float32)
+        for start in range(0, cols, BLOCK_N):
+            x = _load_scores(x_ptr, mask_ptr, rows, cols, row, start + col, causal_len, m_size1,
+                             m_size2, m_stride0, m_stride1, m_stride2, m_col_stride, HAS_MASK, CAUSAL)
+            m_new = tl.maximum(m, tl.max(x, axis=1))
+            # an all -inf prefix has d = 0: keep it 0 instead of 0 * exp(-inf - -inf) = NaN
+            scale = tl.where(m_new == float("-inf"), 0.0, tl.exp(m - m_new))
+            num = tl.where(x == float("-inf"), 0.0, tl.exp(x - m_new[:, None]))
+            d = d * scale + tl.sum(num, axis=1)
+            m = m_new
+        for start in range(0, cols, BLOCK_N):
+            x = _load_scores(x_ptr, mask_ptr, rows, cols, row, start + col, causal_len, m_size1,
+                             m_size2, m_stride0, m_stride1, m_stride2, m_col_stride, HAS_MASK, CAUSAL)
+            y = tl.exp(x - m[:, None]) / d[:, None]
+            out = (row < rows)[:, None] & (start + col[None, :] < cols)
+            tl.store(y_ptr + row[:, None] * cols + start + col[None, :], y, mask=out)
+    # END SOLUTION
+
+
+@triton.jit
+def softmax_bwd_kernel(y_ptr, dy_ptr, dx_ptr, rows, cols, SINGLE_TILE: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """dx = y * (dy - sum(dy * y)) for the BLOCK_M rows of program_id(0), in fp32: one row
+    reduction, then an elementwise pass (twice over the row, in BLOCK_N chunks, when not
+    SINGLE_TILE)."""
+    row = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    col = tl.arange(0, BLOCK_N)
+    # BEGIN SOLUTION
+    dot = tl.zeros((BLOCK_M,), tl.float32)
+    if SINGLE_TILE:
+        inside = (row < rows)[:, None] & (col[None, :] < cols)
+        offs = row[:, None] * cols + col[None, :]
+        y = tl.load(y_ptr + offs, mask=inside, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + offs, mask=inside, other=0.0).to(tl.float32)
+        dot = tl.sum(y * dy, axis=1)
+        tl.store(dx_ptr + offs, y * (dy - dot[:, None]), mask=inside)
+    else:
+        for start in range(0, cols, BLOCK_N):
+            inside = (row < rows)[:, None] & (start + col[None, :] < cols)
+            offs = row[:, None] * cols + start + col[None, :]
+            y = tl.load(y_ptr + offs, mask=inside, other=0.0).to(tl.float32)
+            dy = tl.load(dy_ptr + offs, mask=inside, other=0.0).to(tl.float32)
+            dot += tl.sum(y * dy, axis=1)
+        for start in range(0, cols, BLOCK_N):
+            inside = (row < rows)[:, None] & (start + col[None, :] < cols)
+            offs = row[:, None] * cols + start + col[None, :]
+            y = tl.load(y_ptr + offs, mask=inside, other=0.0).to(tl.float32)
+            dy = tl.load(dy_ptr + offs, mask=inside, other=0.0).to(tl.float32)
+            tl.store(dx_ptr + offs, y * (dy - dot[:, None]), mask=inside)
+    # END SOLUTION
+
+
+def tile_shape(x: torch.Tensor) -> tuple[int, int, bool]:
+    """(BLOCK_M, BLOCK_N, SINGLE_TILE) for a (rows, cols) tensor: the row-length buckets.
+    Short rows share a program (BLOCK_M rows of BLOCK_N = next power of two >= cols); rows up to
+    MAX_TILE_COLS get one program each; longer rows are streamed in MAX_TILE_COLS chunks."""
+    rows, cols = x.shape
+    block_n = triton.next_power_of_2(max(cols, 1))
+    if block_n > MAX_TILE_COLS:
+        return 1, MAX_TILE_COLS, False
+    tile = TILE_ELEMENTS["gpu" if x.is_cuda else "interpreter"]
+    block_m = max(1, min(tile // block_n, triton.next_power_of_2(max(rows, 1))))
+    return block_m, block_n, True
+
+
+def _num_warps(block_m: int, block_n: int) -> int:
+    return 4 if block_m * block_n <= 2048 else 8 if block_m * block_n <= 8192 else 16
+
+
+def softmax_fwd(x: torch.Tensor, mask: MaskView | None = None, causal_len: int = 0) -> torch.Tensor:
+    """Softmax of each row of a contiguous (rows, cols) `x` after adding `mask` (a MaskView over
+    the same (rows, cols)); causal_len > 0 hides columns c > r % causal_len."""
+    rows, cols = x.shape
+    y = torch.empty_like(x)
+    block_m, block_n, single = tile_shape(x)
+    mask_args = mask.kernel_args() if mask is not None else (1, 1, 0, 0, 0, 0)
+    softmax_fwd_kernel[(triton.cdiv(rows, block_m),)](
+        x, y, mask.tensor if mask is not None else x, rows, cols, max(causal_len, 1), *mask_args,
+        HAS_MASK=mask is not None, CAUSAL=causal_len > 0, SINGLE_TILE=single,
+        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=_num_warps(block_m, block_n))
+    return y
+
+
+def softmax_bwd(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+    """dx for contiguous (rows, cols) `y` (the forward output) and `dy`."""
+    rows, cols = y.shape
+    dx = torch.empty_like(y)
+    block_m, block_n, single = tile_shape(y)
+    softmax_bwd_kernel[(triton.cdiv(rows, block_m),)](
+        y, dy, dx, rows, cols, SINGLE_TILE=single, BLOCK_M=block_m, BLOCK_N=block_n,
+        num_warps=_num_warps(block_m, block_n))
+    return dx

@@ -1,0 +1,17 @@
+"""Fused softmax and LayerNorm, forward and backward, over three backends.
+
+    from scaletrain.ops import softmax, layer_norm
+    y = softmax(scores, mask=pad_mask, causal=True)          # backend="auto"
+    h = layer_norm(x, (d,), weight, bias, backend="triton")
+
+backend: "torch" (naive composed ops, naive.py), "triton" (kernels/*_triton.py; on CPU tensors
+through the Triton interpreter, TRITON_INTERPRET=1), "cuda" (kernels/*.cu, built on first use,
+cuda_ext.py), "auto" (cuda, then triton on a GPU; torch on CPU).  traffic.py counts the bytes
+each version moves; `python -m scaletrain.bench kernels` measures them (benchmark.py).
+"""
+
+from scaletrain.ops.backends import BACKENDS, Backend, get_backend, triton_interpreter_on
+from scaletrain.ops.functional import layer_norm, softmax
+from scaletrain.ops.mask import MaskView
+
+__all__ = ["softmax", "layer_norm", "Backend", "BACKENDS", "get_backend", "MaskView", "triton_interpreter_on"]
