@@ -1,0 +1,142 @@
+"""Public tests of a3 on the default tiny GPT, 2 ranks on gloo (one spawn for all of 3.2 and 3.3).
+
+The grader runs more: a hidden GPT shape, unused and frozen parameters with and without hooks, a
+count of allreduces per step, and overlap timed by its own hooks. Run one task alone with
+`pytest assignments/a3_data_parallel -m task3_2`.
+"""
+
+import pytest
+import torch
+
+from autograder.checks import student_module
+from scaletrain.launch import spawn
+from scaletrain.models import GPT, GPTConfig, make_batch
+
+bucket_mod = student_module("dp_bucket", default=__file__)
+
+CFG = GPTConfig()
+P, B = 2, 2  # ranks, sequences per rank per micro-step
+
+
+def _nbytes(p):
+    return p.numel() * p.element_size()
+
+
+@pytest.mark.task3_1
+def test_task3_1_docstring_example():
+    params = [torch.zeros(n) for n in (10, 20, 30, 40)]
+    assert bucket_mod.assign_buckets(params, 200) == [[3], [2, 1], [0]]
+
+
+@pytest.mark.task3_1
+@pytest.mark.parametrize("cap", [1, 4 * 5000, 4 * 40000, 10**9])
+def test_task3_1_reverse_greedy_on_the_tiny_gpt(cap):
+    params = list(GPT(CFG).parameters())
+    buckets = bucket_mod.assign_buckets(params, cap)
+    assert [i for b in buckets for i in b] == list(reversed(range(len(params))))
+    for b in buckets:
+        assert len(b) == 1 or sum(_nbytes(params[i]) for i in b) <= cap
+    for a, b in zip(buckets, buckets[1:]):  # greedy: the next parameter did not fit
+        assert sum(_nbytes(params[i]) for i in a) + _nbytes(params[b[0]]) > cap
+
+
+@pytest.mark.task3_1
+def test_task3_1_dtype_change_closes_the_bucket():
+    params = [torch.zeros(2), torch.zeros(2, dtype=torch.float64), torch.zeros(2)]
+    assert bucket_mod.assign_buckets(params, 10**6) == [[2], [1], [0]]
+
+
+# ---------------------------------------------------------------- 3.2 and 3.3 on 2 ranks
+
+def _grads_single_process(rows, seed):
+    model = GPT(CFG, seed=0)
+    model(*make_batch(CFG, rows, seed=seed))[1].backward()
+    return [p.grad for p in model.parameters()]
+
+
+def _step(dpm, rank, micro=1, launches=None, **kw):
+    """One synchronized step of the student's DataParallel on this rank's rows; its grads."""
+    import torch.distributed as dist
+
+    def allreduce(t):  # gloo's async allreduce, counting launches
+        launches.append("launch")
+        return dist.all_reduce(t, async_op=True)
+
+    launches = [] if launches is None else launches
+    dp = dpm.DataParallel(GPT(CFG, seed=rank), bucket_cap_mb=0.1, allreduce=allreduce, timeout_s=10, **kw)
+    x, y = (t[rank * micro * B:(rank + 1) * micro * B] for t in make_batch(CFG, P * micro * B, seed=7))
+    for j in range(micro):
+        if j < micro - 1:
+            with dp.no_sync():
+                (dp(x[j * B:(j + 1) * B], y[j * B:(j + 1) * B])[1] / micro).backward()
+            assert not launches, "an allreduce ran inside no_sync()"
+        else:
+            (dp(x[j * B:(j + 1) * B], y[j * B:(j + 1) * B])[1] / micro).backward()
+    during_backward = len(launches)
+    dp.finish_gradient_synchronization()
+    return [p.grad for p in dp.module.parameters()], during_backward, len(dp.buckets)
+
+
+def _close(grads, ref):
+    for g, r in zip(grads, ref):
+        assert g is not None, "a .grad is None after finish_gradient_synchronization()"
+        torch.testing.assert_close(g, r, rtol=2e-5, atol=2e-5 * float(r.abs().max()))
+
+
+def _sync_after_backward(dpm, rank):
+    grads, during, _ = _step(dpm, rank, overlap=False)
+    assert during == 0
+    _close(grads, _grads_single_process(P * B, 7))
+
+
+def _overlap(dpm, rank):
+    grads, during, n_buckets = _step(dpm, rank)
+    assert n_buckets > 1
+    assert during >= n_buckets - 1, f"only {during} of {n_buckets} buckets launched during backward"
+    _close(grads, _grads_single_process(P * B, 7))
+
+
+def _no_sync(dpm, rank):
+    grads, _, _ = _step(dpm, rank, micro=4)
+    _close(grads, _grads_single_process(P * 4 * B, 7))
+
+
+CHECKS = {"sync": _sync_after_backward, "overlap": _overlap, "no_sync": _no_sync}
+
+
+def _rank(rank, world_size):
+    dpm = student_module("dp_data_parallel")  # the folder comes from $AUTOGRADER_SUBMISSION
+    out = {}
+    for name, fn in CHECKS.items():
+        try:
+            fn(dpm, rank)
+            out[name] = None
+        except Exception as exc:  # noqa: BLE001 - each test reports its own failure
+            out[name] = f"rank {rank}: {type(exc).__name__}: {exc}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def ranks():
+    student_module("dp_data_parallel", default=__file__)
+    return spawn(_rank, P, timeout_s=60)
+
+
+def _assert_ok(ranks, name):
+    problems = [r[name] for r in ranks if r[name]]
+    assert not problems, problems[0]
+
+
+@pytest.mark.task3_2
+def test_task3_2_sync_after_backward_equals_one_process(ranks):
+    _assert_ok(ranks, "sync")
+
+
+@pytest.mark.task3_3
+def test_task3_3_hooks_overlap_and_equal_one_process(ranks):
+    _assert_ok(ranks, "overlap")
+
+
+@pytest.mark.task3_3
+def test_task3_3_no_sync_accumulation_equals_one_large_batch(ranks):
+    _assert_ok(ranks, "no_sync")

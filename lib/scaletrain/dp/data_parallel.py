@@ -1,0 +1,217 @@
+"""DataParallel: gradient buckets, allreduce overlapped with backward, and no_sync accumulation.
+
+The three ideas of PyTorch DDP (Li et al., 2020, "PyTorch Distributed", §3.2; seminar notes,
+"Data parallel"; techniques notes, "Data Parallelism" and "Gradient Accumulation"):
+
+1. Bucketing (bucket.py): gradients are packed into flat buffers of about `bucket_cap_mb`, one
+   allreduce per bucket instead of one per parameter, so the latency α is paid per bucket.
+2. Overlap: a post-accumulate-grad hook on every parameter copies its gradient into its bucket
+   slot the moment autograd has finished accumulating it; when a bucket's last gradient arrives,
+   the bucket's allreduce is launched asynchronously while backward goes on with earlier layers.
+   Buckets launch strictly in index order (a full bucket waits for the ones before it), so every
+   rank issues the same collectives in the same order even if gradients arrive in a different
+   order (torch DDP's reducer does the same).
+3. Accumulation: inside `no_sync()` the hooks do nothing, gradients accumulate locally in `.grad`;
+   the first backward outside it reduces the sum of all micro-steps once. Effective batch =
+   p ranks × micro-batch × micro-steps.
+
+A training step, on every rank (`x_local`: this rank's slice of the global batch):
+
+    model = DataParallel(GPT(cfg), bucket_cap_mb=1)
+    loss = model(x_local, y_local)[1]
+    loss.backward()                           # hooks launch bucket allreduces during backward
+    model.finish_gradient_synchronization()   # wait; every .grad is now the mean over ranks
+    optimizer.step(); optimizer.zero_grad()
+
+Edge cases and what happens:
+  * frozen parameters (requires_grad=False) get no bucket and no hook; their .grad stays None.
+  * tied parameters (the GPT's wte / lm_head) are one Parameter: `module.parameters()` yields it
+    once, so it has one slot and one hook, which autograd runs once per backward, after both uses
+    have been summed into .grad.
+  * a parameter with no gradient in a step (unused on this rank) never fires its hook, so its
+    bucket cannot launch during backward; finish_gradient_synchronization() then fills its slot
+    from .grad (zeros when None) and launches the remaining buckets in order: no hang, and the
+    unused rank contributes zeros. Afterwards *every* synchronized parameter has a .grad (zeros
+    when no rank used it), unlike torch DDP, whose find_unused_parameters mode leaves globally
+    unused gradients untouched.
+  * a cap smaller than one parameter gives that parameter a bucket of its own.
+  * bucket assignment is fixed at construction, from registration order (torch DDP rebuilds its
+    buckets once from the order gradients arrived in the first step; we do not).
+  * parameters and buffers are broadcast from rank 0 once, at construction (torch DDP also
+    re-broadcasts buffers before every forward).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from scaletrain.dp.async_allreduce import AsyncAllreduce, make_allreduce
+from scaletrain.dp.bucket import Bucket, assign_buckets
+from scaletrain.dp.naive import broadcast_module
+from scaletrain.dp.trace import Trace
+
+__all__ = ["DataParallel"]
+
+
+class DataParallel(nn.Module):
+    """Wrap `module` for data parallelism over the ranks of `group` (None: all ranks).
+
+    Args (keyword-only after `module`):
+        bucket_cap_mb: bucket capacity in MiB (torch DDP's default 25); > 0.
+        group: the data-parallel process group; `dp_rank`, `dp_world_size` are within it.
+        allreduce: "ring" (our ring on a communication thread), "torch" (dist.all_reduce with
+            async_op=True) or a callable f(flat_tensor) -> handle with .wait() (async_allreduce.py).
+        overlap: True launches buckets from gradient hooks during backward; False launches them
+            all in finish_gradient_synchronization() (bucketing without overlap).
+        timeout_s: how long finish waits for a bucket to be launched before raising TimeoutError.
+        trace: a `Trace` to record gradient, launch and completion times in (trace.py), or None.
+    """
+
+    def __init__(self, module: nn.Module, *, bucket_cap_mb: float = 25.0, group: Any = None,
+                 allreduce: str | AsyncAllreduce = "ring", overlap: bool = True,
+                 timeout_s: float = 300.0, trace: Trace | None = None):
+        super().__init__()
+        if not bucket_cap_mb > 0:
+            raise ValueError(f"DataParallel: bucket_cap_mb must be > 0, got {bucket_cap_mb}")
+        broadcast_module(module, group)  # first: it says clearly when there is no process group
+        self.module = module
+        self.group = group
+        self.dp_rank, self.dp_world_size = dist.get_rank(group), dist.get_world_size(group)
+        self.timeout_s = timeout_s
+        self.trace = trace
+        # parameters() yields a tied parameter once; frozen ones need no synchronization
+        params = [p for p in module.parameters() if p.requires_grad]
+        self._index = {p: i for i, p in enumerate(params)}
+        self._names = {p: n for n, p in module.named_parameters()}
+        cap_bytes = max(1, int(bucket_cap_mb * 2**20))
+        self.buckets = [Bucket(index=b, params=[params[i] for i in members], trace=trace)
+                        for b, members in enumerate(assign_buckets(params, cap_bytes))]
+        self._slot = {p: (bucket, k) for bucket in self.buckets for k, p in enumerate(bucket.params)}
+        self._next_bucket = 0  # buckets [0, _next_bucket) are launched this round
+        self._allreduce, self._close_allreduce = make_allreduce(allreduce, group=group,
+                                                                timeout_s=timeout_s)
+        self.require_backward_grad_sync = True
+        self._hooks: list[Any] = []
+        if overlap:
+            self._register_hooks()
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Backward passes inside accumulate into .grad locally: no hook work, no communication."""
+        previous, self.require_backward_grad_sync = self.require_backward_grad_sync, False
+        try:
+            yield
+        finally:
+            self.require_backward_grad_sync = previous
+
+    # ------------------------------------------------------------ task 3.2: sync after backward
+
+    def _mark_ready(self, bucket: Bucket, k: int) -> None:
+        """Copy parameter k's gradient (zeros when its .grad is None) into its slot
+        `bucket.view(k)`, set `bucket.ready[k]` and count it off `bucket.pending`.
+
+        A slot that is already ready means a second backward ran before
+        finish_gradient_synchronization(): raise RuntimeError saying to call finish after each
+        synchronized backward, or to wrap the earlier micro-steps in no_sync().
+        """
+        # BEGIN SOLUTION
+        param = bucket.params[k]
+        if bucket.ready[k]:
+            raise RuntimeError(
+                f"DataParallel: parameter {self._names.get(param, '?')} got a second gradient "
+                "before finish_gradient_synchronization(); call it after every synchronized "
+                "backward, or run the earlier micro-steps inside `with model.no_sync():`")
+        if param.grad is None:
+            bucket.view(k).zero_()
+        else:
+            bucket.view(k).copy_(param.grad)
+        bucket.ready[k] = True
+        bucket.pending -= 1
+        # END SOLUTION
+
+    def _launch_ready_buckets(self) -> None:
+        """Launch, in index order, every bucket from `self._next_bucket` on whose gradients have
+        all arrived (`pending == 0`): `bucket.launch(self._allreduce)`, then advance
+        `self._next_bucket`. Stop at the first bucket still waiting for a gradient, even if a
+        later one is full: every rank must start the same allreduces in the same order.
+        """
+        # BEGIN SOLUTION
+        while self._next_bucket < len(self.buckets) and self.buckets[self._next_bucket].pending == 0:
+            self.buckets[self._next_bucket].launch(self._allreduce)
+            self._next_bucket += 1
+        # END SOLUTION
+
+    def finish_gradient_synchronization(self) -> None:
+        """After backward: make every synchronized parameter's .grad the mean over the ranks.
+
+        1. Mark ready every slot whose gradient has not arrived (a parameter unused in this step,
+           or every slot when no hooks are registered) and launch the remaining buckets in order.
+        2. For each bucket: `bucket.wait(self.timeout_s)`, divide its buffer by `dp_world_size`
+           (the allreduce sums), copy each slot back into its parameter's .grad (create the
+           .grad when it is None), and `bucket.reset()` for the next round.
+        3. Start the next round at bucket 0.
+        Inside `no_sync()` it does nothing.
+        """
+        if not self.require_backward_grad_sync:
+            return
+        # BEGIN SOLUTION
+        for bucket in self.buckets[self._next_bucket:]:
+            for k in range(len(bucket.params)):
+                if not bucket.ready[k]:
+                    self._mark_ready(bucket, k)
+        self._launch_ready_buckets()
+        for bucket in self.buckets:
+            bucket.wait(self.timeout_s)
+            bucket.buffer.div_(self.dp_world_size)
+            for k, param in enumerate(bucket.params):
+                if param.grad is None:
+                    param.grad = bucket.view(k).clone()
+                else:
+                    param.grad.copy_(bucket.view(k))
+            bucket.reset()
+        self._next_bucket = 0
+        # END SOLUTION
+
+    # ------------------------------------------------------------ task 3.3: overlap with backward
+
+    def _register_hooks(self) -> None:
+        """Register `self._on_grad_ready` as a post-accumulate-grad hook
+        (`Tensor.register_post_accumulate_grad_hook`) on every parameter that has a slot, and keep
+        the returned handles in `self._hooks` (close() removes them)."""
+        # BEGIN SOLUTION
+        for param in self._slot:
+            self._hooks.append(param.register_post_accumulate_grad_hook(self._on_grad_ready))
+        # END SOLUTION
+
+    def _on_grad_ready(self, param: torch.Tensor) -> None:
+        """Autograd calls this once per backward for `param`, after its .grad is final (a tied
+        parameter's two uses are already summed).
+
+        Outside no_sync(): mark the parameter's slot ready (`self._slot[param]` is its
+        (bucket, k)) and launch whatever buckets are now ready. Inside no_sync(): do nothing,
+        the gradient stays in .grad and accumulates there.
+        """
+        if self.trace is not None and self.require_backward_grad_sync:
+            self.trace.record("grad", self._index[param])
+        # BEGIN SOLUTION
+        if not self.require_backward_grad_sync:
+            return
+        bucket, k = self._slot[param]
+        self._mark_ready(bucket, k)
+        self._launch_ready_buckets()
+        # END SOLUTION
+
+    def close(self) -> None:
+        """Remove the hooks and stop the communication thread (for "ring")."""
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks.clear()
+        self._close_allreduce()

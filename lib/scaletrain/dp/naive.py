@@ -1,0 +1,99 @@
+"""The starting point of data parallelism: one allreduce per parameter, after backward.
+
+Data parallelism (seminar notes, "Data parallel"; techniques notes, "Data Parallelism"): every
+rank holds the whole model, runs forward and backward on its own slice of the batch, and the ranks
+average their gradients so that every replica takes the same optimizer step. Averaging gradients
+(not parameters) keeps optimizers with local state (Adam's moments) identical across ranks.
+With the mean-reduced loss on each rank's b examples, the average over p ranks of the local
+gradients is exactly the gradient of the mean loss over the concatenated p·b examples:
+
+    g = (1/p) Σ_r ∇ (1/b) Σ_{i ∈ batch_r} ℓ_i  =  ∇ (1/(p·b)) Σ_{i ∈ all} ℓ_i
+
+`NaiveDataParallel` does the obvious thing: after `loss.backward()` returns, allreduce each
+parameter's gradient, one at a time. It pays the per-message latency α once per parameter
+(~2(p-1)·α each on a ring) and communicates only after backward is over. `DataParallel`
+(data_parallel.py) removes both costs: buckets and overlap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from scaletrain.dp.async_allreduce import AsyncAllreduce, make_allreduce
+from scaletrain.dp.trace import Trace
+
+__all__ = ["broadcast_module", "NaiveDataParallel"]
+
+
+def broadcast_module(module: nn.Module, group: Any = None) -> None:
+    """Copy group rank 0's parameters and buffers to every rank of `group`, in place.
+
+    Replicas must start identical, else the same averaged gradient moves them to different
+    places. One `dist.broadcast` per tensor (a collective, not the lesson here: it runs once).
+    """
+    if not dist.is_initialized():
+        raise RuntimeError("data parallelism needs a process group: run inside "
+                           "scaletrain.launch.spawn(fn, p) or call dist.init_process_group first")
+    src = dist.get_global_rank(group or dist.group.WORLD, 0)
+    with torch.no_grad():
+        for tensor in [*module.parameters(), *module.buffers()]:
+            dist.broadcast(tensor.data, src=src, group=group)
+
+
+class NaiveDataParallel(nn.Module):
+    """Per-parameter allreduce after backward: no buckets, no overlap (the baseline).
+
+    Usage, on every rank:
+        model = NaiveDataParallel(GPT(cfg))
+        loss = model(x_local, y_local)[1]; loss.backward()
+        model.finish_gradient_synchronization()   # every .grad is now the average over ranks
+        optimizer.step()
+    """
+
+    def __init__(self, module: nn.Module, *, group: Any = None,
+                 allreduce: str | AsyncAllreduce = "torch", timeout_s: float = 300.0,
+                 trace: Trace | None = None):
+        super().__init__()
+        broadcast_module(module, group)
+        self.module = module
+        self.group = group
+        self.dp_world_size = dist.get_world_size(group)
+        self._params = [p for p in module.parameters() if p.requires_grad]
+        self._allreduce, self._close = make_allreduce(allreduce, group=group, timeout_s=timeout_s)
+        self.require_backward_grad_sync = True
+        self.trace = trace  # "launch" and "done" per parameter index, as DataParallel per bucket
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Accumulate gradients locally; finish_gradient_synchronization() does nothing inside."""
+        previous, self.require_backward_grad_sync = self.require_backward_grad_sync, False
+        try:
+            yield
+        finally:
+            self.require_backward_grad_sync = previous
+
+    def finish_gradient_synchronization(self) -> None:
+        if not self.require_backward_grad_sync:
+            return
+        for i, p in enumerate(self._params):
+            if p.grad is None:  # unused in this step on this rank: it contributes zeros
+                p.grad = torch.zeros_like(p)
+            if self.trace is not None:
+                self.trace.record("launch", i)
+            handle = self._allreduce(p.grad)  # p.grad is contiguous: autograd allocates it so
+            if hasattr(handle, "wait"):
+                handle.wait()
+            if self.trace is not None:
+                self.trace.record("done", i)
+            p.grad.div_(self.dp_world_size)
+
+    def close(self) -> None:
+        self._close()

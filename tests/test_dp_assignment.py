@@ -1,0 +1,46 @@
+"""Assignment a3: the public tests pass on the solution, and the grader grades itself (solution full
+marks, untouched stub zero without an error, every planted broken submission its expected outcome)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from autograder.manifest import REPO, get_manifest
+from autograder.static_check import check_source
+
+A3 = get_manifest("a3")
+
+
+@pytest.mark.parametrize("line,flagged", [
+    ("from torch.nn.parallel import DistributedDataParallel", True),
+    ("import torch.nn.parallel as par", True),
+    ("from scaletrain.dp.data_parallel import DataParallel", True),
+    ("from scaletrain.dp import DataParallel", True),
+    ("from scaletrain.dp.bucket import Bucket, assign_buckets", False),
+    ("import torch.distributed as dist", False)])
+def test_forbidden_names_catch_torch_ddp_and_the_reference(line, flagged):
+    findings = check_source(line + "\n", "dp_data_parallel.py", A3.forbidden["dp_data_parallel.py"])
+    assert bool(findings) == flagged, findings
+
+
+@pytest.mark.slow
+def test_public_tests_pass_on_the_solution():
+    env = dict(os.environ, AUTOGRADER_SUBMISSION=str(A3.solution_dir()))
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "assignments/a3_data_parallel"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_selftest_solution_stub_and_planted_submissions():
+    from autograder.selftest import run_selftest
+
+    cases = run_selftest("a3")
+    assert len(cases) == 2 + len(A3.planted)
+    failures = [f"{c.case}: {c.detail}" for c in cases if not c.ok]
+    assert not failures, "\n".join(failures)
