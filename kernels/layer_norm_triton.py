@@ -10,7 +10,7 @@ Backward for x ("Rewrite Reduction: LayerNorm Backward", same lecture): with g =
     dx_i = rstd g_i + alpha_i sum_j g_j + beta_i sum_j g_j x_j,
     alpha_i = ((x_i - mu) mu rstd^2 - 1) rstd / N,     beta_i = (mu - x_i) rstd^3 / N,
 so both reductions (sum g, sum g x) are independent and happen in one pass (the slide prints
-sigma where sigma^2 belongs in alpha's numerator; notebooks/01_kernels.ipynb checks this form).
+sigma where sigma^2 belongs in alpha's numerator; notebooks/01_kernel_fusion.ipynb checks this form).
 Backward for w and b: dw_j = sum_r dy_rj xhat_rj, db_j = sum_r dy_rj, a reduction ACROSS rows:
 programs own (row group, column block) tiles and write fp32 partial sums, summed at the end.
 
