@@ -1,0 +1,23 @@
+"""Every assignment keeps the grader's promises (DESIGN.md, "Grading semantics"): its solution gets
+full marks (GPU checks `not_run` on CPU), its untouched stub zero without a single `error`, and each
+planted broken submission in its manifest exactly the outcomes the manifest expects (a deadlock is
+a `timeout`, a forbidden call `flagged`, a crash on one rank an `error` naming it, ...).
+
+One parametrized test, so an assignment added under autograder/suites/ is covered without edits.
+"""
+
+import pytest
+
+from autograder.manifest import all_manifests
+from autograder.selftest import run_selftest
+
+MANIFESTS = all_manifests()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment", list(MANIFESTS))
+def test_selftest_solution_stub_and_planted_submissions(assignment):
+    cases = run_selftest(assignment)
+    assert len(cases) == 2 + len(MANIFESTS[assignment].planted)
+    failures = [f"{c.case}: {c.detail}" for c in cases if not c.ok]
+    assert not failures, "\n".join(failures)
