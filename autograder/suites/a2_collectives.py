@@ -76,7 +76,7 @@ MANIFEST = Manifest(
                 ("own = [chunks[(r - step - 2) % p]", "own = [chunks[(r - step - 1) % p]"),
                 groups=("p3",), expect={C_RS: "failed", C_AR: "failed", C_AG: "passed"}),
         Planted("all-gather waits for its first receive before sending: deadlock", RING,
-                ("    sends = []\n", "    recvs[0].wait()\n    sends = []\n"),
+                ("    sent = []\n", "    recvs[0].wait()\n    sent = []\n"),
                 groups=("p3",), expect={C_AG: "timeout", C_AR: "timeout"}),
         Planted("sends to the previous rank instead of the next: deadlock", RING,
                 ("dst=ring.send_to", "dst=ring.recv_from"), groups=("p3",),
