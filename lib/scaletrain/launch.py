@@ -178,7 +178,8 @@ def _kill_all(procs) -> None:
         if p.is_alive():
             p.kill()
     for p in procs:
-        p.join(timeout=5)
+        if p.pid is not None:  # a process whose start() failed cannot be joined
+            p.join(timeout=5)
 
 
 def _init_group(rank: int, world_size: int, backend: str, store: Any, timeout_s: float) -> None:
