@@ -42,7 +42,7 @@ def mlp_stages(num_stages: int, seed: int) -> tuple[list[nn.Module], list[int]]:
     return stages, widths
 
 
-def run_and_compare(stages, x, y, schedule, p, rank, group, name) -> tuple[list[str], PipelineExecutor]:
+def run_and_compare(stages, x, y, schedule, p, rank, group, name, recv_window=None) -> tuple[list[str], PipelineExecutor]:
     """Run `schedule` on this rank's stages; return mismatches against one process on the whole model."""
     reference = nn.Sequential(*copy.deepcopy(stages))
     ref_out = reference(x)
@@ -50,7 +50,7 @@ def run_and_compare(stages, x, y, schedule, p, rank, group, name) -> tuple[list[
     m = _m(schedule)
     ref_losses = [Fn.mse_loss(o, t).item() for o, t in zip(ref_out.split(len(x) // m), y.split(len(y) // m))]
     mine = {s: stages[s] for s in range(rank, len(stages), p)}
-    ex = PipelineExecutor(mine, schedule, Fn.mse_loss, group=group)
+    ex = PipelineExecutor(mine, schedule, Fn.mse_loss, group=group, recv_window=recv_window)
     losses = ex.step(x if ex.is_first_stage else None, y if ex.is_last_stage else None)
     bad = []
     for s, module in mine.items():
@@ -105,12 +105,19 @@ def _all_checks(rank: int, world_size: int):
         torch.manual_seed(3)
         blocks = [Block(cfg) for _ in range(4)]
         x, y = torch.randn(6, 8, 16), torch.randn(6, 8, 16)
-        for name, schedule in [("zb_h1-gpt", zb_h1(2, 3)), ("interleaved-gpt", interleaved_1f1b(2, 2, 2))]:
+        # every receive posted at the step's start (the default), and one action ahead only
+        for name, schedule, window in [("zb_h1-gpt", zb_h1(2, 3), None), ("interleaved-gpt", interleaved_1f1b(2, 2, 2), 1)]:
             for b in blocks:
                 b.zero_grad()
             mismatches += run_and_compare(blocks[:4 if "inter" in name else 2], x, y, schedule, 2, rank,
-                                          groups[2], name)[0]
+                                          groups[2], name, recv_window=window)[0]
             checks += 1
+        try:
+            PipelineExecutor({rank: blocks[rank]}, gpipe(2, 2), Fn.mse_loss, group=groups[2], recv_window=0)
+            mismatches.append("recv_window=0 was accepted")
+        except ValueError as exc:
+            if "recv_window" not in str(exc):
+                mismatches.append(f"unclear recv_window error: {exc}")
     return mismatches, checks, peaks
 
 

@@ -4,7 +4,7 @@ closed forms (seminar notes "Large-scale DL optimizations" §1.2.3; ANCHORS.md, 
 import pytest
 
 from scaletrain.pipeline import (Action, ScheduleError, costs_from_timeline, gpipe, interleaved_1f1b, one_f_one_b,
-                                 simulate, validate, zb_h1)
+                                 sampled_bubble, simulate, validate, zb_h1)
 
 
 def table(rows: dict[int, str], stage_of=None) -> dict[int, list[Action]]:
@@ -175,3 +175,32 @@ def test_plot_schedule_draws_one_bar_per_action():
     ax = plot_schedule(sim)
     assert len(ax.patches) == len(sim.spans) == 3 * 4 * 3
     assert [t.get_text() for t in ax.get_yticklabels()] == ["rank 0", "rank 1", "rank 2"]
+
+
+def test_costs_by_stage_and_by_action_recover_uneven_costs_and_replay_exactly():
+    schedule = one_f_one_b(3, 5)
+    cost = {0: 1.0, 1: 2.5, 2: 1.5}
+    truth = simulate(schedule, t_f=lambda a: cost[a.stage], t_b=lambda a: 2 * cost[a.stage] + a.microbatch / 10,
+                     t_comm=0.2)
+    staged = costs_from_timeline(truth.spans, by="stage")
+    assert [staged["t_f"](Action(s, "F", 0)) for s in range(3)] == pytest.approx([1.0, 2.5, 1.5])
+    assert staged["t_comm"] == pytest.approx(0.2)
+    replay = simulate(schedule, **costs_from_timeline(truth.spans, by="action"))
+    assert replay.makespan == pytest.approx(truth.makespan) and replay.bubble_fraction == pytest.approx(
+        truth.bubble_fraction)
+    # one mean per kind misses the slow middle stage: the equal-stage prediction is too optimistic
+    assert simulate(schedule, **costs_from_timeline(truth.spans)).bubble_fraction < truth.bubble_fraction
+    with pytest.raises(ValueError, match="by must be"):
+        costs_from_timeline(truth.spans, by="rank")
+
+
+def test_sampled_bubble_without_jitter_is_the_deterministic_bubble():
+    schedule = zb_h1(2, 4)
+    run = simulate(schedule, t_f=1.0, t_i=1.0, t_w=1.0, t_b=2.0, t_comm=0.1)
+    assert sampled_bubble(schedule, [run.spans, run.spans], samples=5) == pytest.approx(run.bubble_fraction)
+    # jitter stretches the makespan (the mean of a max exceeds the max of the means)
+    fast, slow = (simulate(schedule, t_f=t, t_i=t, t_w=t, t_b=2 * t, t_comm=0.1) for t in (0.5, 1.5))
+    mixed = sampled_bubble(schedule, [fast.spans, slow.spans], samples=200)
+    assert mixed > run.bubble_fraction
+    with pytest.raises(ValueError, match="never ran"):
+        sampled_bubble(one_f_one_b(2, 4), [run.spans])

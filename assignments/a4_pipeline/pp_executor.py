@@ -43,9 +43,15 @@ class PipelineExecutor:
     """`stage_modules`: this rank's stages, {stage: module} or a list in model order (r, r+p, ...).
     `schedule`: the full dict[pp_rank, list[Action]] (validated here). `loss_fn(output, target)`:
     a mean-reduced loss for one microbatch. `group`: the pipeline process group (default: world).
+    `recv_window`: how many actions ahead receives are posted (in schedule order, so the order on
+    every channel is unchanged); None: every receive of the step, at its start. Posting early
+    costs one buffer per posted message (stage-boundary tensors only, not what autograd saves)
+    and saves a round trip: gloo writes a message as soon as it is sent only when its receive is
+    already posted. On 2 CPU ranks, 1 action ahead left 26-47 ms of idle time per 1F1B step,
+    every receive posted 23-25 ms.
     """
 
-    def __init__(self, stage_modules, schedule: Schedule, loss_fn, group=None):
+    def __init__(self, stage_modules, schedule: Schedule, loss_fn, group=None, recv_window: int | None = None):
         self.group = group
         self.pp_rank, p = dist.get_rank(group), dist.get_world_size(group)
         if len(schedule) != p:
@@ -62,6 +68,9 @@ class PipelineExecutor:
                              f"(stage s is on rank s % p), got modules for {sorted(stage_modules)}")
         self.stages: dict[int, nn.Module] = dict(stage_modules)
         self.loss_fn = loss_fn
+        if recv_window is not None and (not isinstance(recv_window, int) or recv_window < 1):
+            raise ValueError(f"PipelineExecutor: recv_window must be an int >= 1 or None, got {recv_window!r}")
+        self.recv_window = len(self.actions) if recv_window is None else recv_window
         self.is_first_stage = 0 in self.stages
         self.is_last_stage = self.num_stages - 1 in self.stages
         params = [q for stage in self.stages.values() for q in stage.parameters()]
@@ -94,10 +103,12 @@ class PipelineExecutor:
         self._weight_work: dict[tuple[int, int], list] = {}
         self.losses: dict[int, float] = {}
         self.timeline = []
+        for k in range(self.recv_window):  # from action 0: a channel's receives are matched in posting order
+            self._post_receive(k)
         for k, action in enumerate(self.actions):
             received = self._receive(action)      # time blocked here is bubble: the span starts after it
             start = time.perf_counter()
-            self._post_receive(k + 1)             # the next message travels while this action computes
+            self._post_receive(k + self.recv_window)  # keep `recv_window` receives posted ahead
             with self._memory.track(action), self._record_outputs(action):
                 self._run(action, received)
             self.comm.release_finished_sends()

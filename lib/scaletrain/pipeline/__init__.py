@@ -11,8 +11,8 @@ The pure parts (schedules, validate, simulate) import neither torch nor matplotl
 
 from scaletrain.pipeline.schedules import (B, F, I, KINDS, SCHEDULES, W, Action, Schedule, gpipe,
                                            interleaved_1f1b, one_f_one_b, stage_rank, stages_of_rank, zb_h1)
-from scaletrain.pipeline.simulate import (SimResult, Span, bubble_of, closed_form_bubble, costs_from_timeline,
-                                         peak_in_flight, simulate)
+from scaletrain.pipeline.fit import costs_from_timeline, message_delays, sampled_bubble
+from scaletrain.pipeline.simulate import SimResult, Span, bubble_of, closed_form_bubble, peak_in_flight, simulate
 from scaletrain.pipeline.validate import Message, ScheduleError, receives, schedule_sizes, sends, validate
 
 _LAZY = {"PipelineExecutor": "scaletrain.pipeline.executor", "plot_schedule": "scaletrain.pipeline.plot"}
@@ -20,7 +20,7 @@ _LAZY = {"PipelineExecutor": "scaletrain.pipeline.executor", "plot_schedule": "s
 __all__ = ["Action", "Schedule", "F", "B", "I", "W", "KINDS", "SCHEDULES", "stage_rank", "stages_of_rank",
            "gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "validate", "ScheduleError", "Message",
            "receives", "sends", "schedule_sizes", "simulate", "SimResult", "Span", "bubble_of",
-           "closed_form_bubble", "costs_from_timeline", "peak_in_flight", *_LAZY]
+           "closed_form_bubble", "costs_from_timeline", "message_delays", "sampled_bubble", "peak_in_flight", *_LAZY]
 
 
 def __getattr__(name: str):

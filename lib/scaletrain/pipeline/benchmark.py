@@ -5,9 +5,11 @@ interleaved schedule), so every stage costs the same and a backward costs about 
 For each world size (one spawn) it reports:
 
 1. bubble: the idle fraction of the executor's real timelines (one step, all ranks, median over
-   steps) beside the simulator's prediction for the same schedule with the costs fitted to that
-   timeline (`costs_from_timeline`: mean F/B/I/W durations and the median message delay), and the
-   closed form (communication-free). Target: measured within 10% of predicted.
+   steps) beside the closed form and the simulator fed costs fitted to the run (fit.py), each fit
+   adding one source of idle time: "equal stages" (one mean duration per kind and the mean
+   message delay), "per stage" (a mean per stage and kind), "+ jitter" (`sampled_bubble`:
+   durations and delays drawn from those the run measured), "replay" (each action's own measured
+   duration). Target: measured within 10% of the replay, i.e. the simulator models the executor.
 2. throughput: step time of our executor vs torch.distributed.pipelining (ScheduleGPipe,
    Schedule1F1B, ScheduleInterleaved1F1B) on the same model and processes, timed alternately
    (bench.compare); ratio < 1 means ours is faster. Target: <= 1.
@@ -32,7 +34,8 @@ from scaletrain.bench import compare, format_table, out_dir
 from scaletrain.launch import spawn
 from scaletrain.pipeline.executor import PipelineExecutor
 from scaletrain.pipeline.schedules import gpipe, interleaved_1f1b, one_f_one_b, zb_h1
-from scaletrain.pipeline.simulate import bubble_of, closed_form_bubble, costs_from_timeline, simulate
+from scaletrain.pipeline.fit import costs_from_timeline, sampled_bubble
+from scaletrain.pipeline.simulate import bubble_of, closed_form_bubble, simulate
 
 SCHEDULES = {"gpipe": (gpipe, 1), "1f1b": (one_f_one_b, 1), "zb_h1": (zb_h1, 1), "interleaved": (interleaved_1f1b, 2)}
 
@@ -116,17 +119,18 @@ def _bubble_rows(p: int, m: int, timelines_per_rank: list[dict]) -> tuple[list[d
         if name not in timelines_per_rank[0]:
             continue
         schedule = make(p, m, v) if v > 1 else make(p, m)
-        measured, predicted = [], []
-        for step in zip(*(r[name] for r in timelines_per_rank)):
-            spans = [s for rank_spans in step for s in rank_spans]
-            measured.append(bubble_of(spans))
-            predicted.append(simulate(schedule, **costs_from_timeline(spans)).bubble_fraction)
-        mid = sorted(range(len(measured)), key=measured.__getitem__)[len(measured) // 2]
-        examples[name] = [s for r in timelines_per_rank for s in r[name][mid]]
-        meas, pred = statistics.median(measured), statistics.median(predicted)
+        steps = [[s for rank_spans in step for s in rank_spans] for step in zip(*(r[name] for r in timelines_per_rank))]
+        measured = [bubble_of(spans) for spans in steps]
+        equal, staged, replay = ([simulate(schedule, **costs_from_timeline(spans, by)).bubble_fraction for spans in steps]
+                                 for by in ("kind", "stage", "action"))
+        jitter = sampled_bubble(schedule, steps)
+        examples[name] = steps[sorted(range(len(steps)), key=measured.__getitem__)[len(steps) // 2]]
+        meas, replayed = statistics.median(measured), statistics.median(replay)
         rows.append({"p": p, "m": m, "schedule": name, "measured": meas, "p20": _q(measured, 0.2),
-                     "p80": _q(measured, 0.8), "predicted": pred, "meas/pred": meas / pred,
-                     "closed form": closed_form_bubble(name, p, m, v)})
+                     "p80": _q(measured, 0.8), "closed form": closed_form_bubble(name, p, m, v),
+                     "equal stages": statistics.median(equal), "per stage": statistics.median(staged),
+                     "+ jitter": jitter, "meas/+jitter": meas / jitter, "replay": replayed,
+                     "meas/replay": meas / replayed})
     return rows, examples
 
 
@@ -166,8 +170,9 @@ def _plot(examples: dict, p: int, m: int, path) -> None:
         schedule = make(p, m, v) if v > 1 else make(p, m)
         spans = examples[name]
         plot_schedule(spans, ax=row[0], labels=False, title=f"{name}: measured, bubble {bubble_of(spans):.3f}")
-        sim = simulate(schedule, **costs_from_timeline(spans))
-        plot_schedule(sim, ax=row[1], labels=False, title=f"{name}: simulated, bubble {sim.bubble_fraction:.3f}")
+        sim = simulate(schedule, **costs_from_timeline(spans, "stage"))
+        plot_schedule(sim, ax=row[1], labels=False,
+                      title=f"{name}: simulated with per-stage means, bubble {sim.bubble_fraction:.3f}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -196,7 +201,8 @@ def main(argv: list[str]) -> int:
         speed += _speed_rows(p, args.m, results)
         memory += _memory_rows(p, args.m, results)
         _plot(examples, p, args.m, out_dir() / f"pipeline_timelines_p{p}.png")
-    print("Bubble fraction: measured timelines vs simulator (costs fitted to the run) vs closed form")
+    print("Bubble fraction: measured timelines vs the closed form and the simulator with costs fitted to the "
+          "run (equal stages, per-stage means, + jitter, replay of every action's duration)")
     print(format_table(bubble))
     print("\nStep time: our executor vs torch.distributed.pipelining (ratio = ours / torch, < 1 is faster)")
     print(format_table(speed))

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from scaletrain.pipeline.schedules import B, F, I, W, Action, Schedule, stage_rank
 from scaletrain.pipeline.validate import receives, schedule_sizes, sends, validate
 
-__all__ = ["Span", "SimResult", "simulate", "closed_form_bubble", "bubble_of", "peak_in_flight",
-           "costs_from_timeline"]
+__all__ = ["Span", "SimResult", "simulate", "closed_form_bubble", "bubble_of", "peak_in_flight"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,11 +41,12 @@ class SimResult:
     spans: tuple[Span, ...]           # every action, rank by rank, in execution order
 
 
-def simulate(schedule: Schedule, t_f=1.0, t_b=2.0, t_i=None, t_w=None, t_comm: float = 0.0) -> SimResult:
+def simulate(schedule: Schedule, t_f=1.0, t_b=2.0, t_i=None, t_w=None, t_comm=0.0) -> SimResult:
     """Simulate `schedule` (validated first). `t_i`/`t_w` default to half of `t_b` each.
 
     Each duration is a number or a function Action -> number (uneven stages, a recomputation
-    that only some backwards pay).
+    that only some backwards pay); `t_comm` a number or a function Message -> number (fit.py
+    draws both from measured timelines).
     """
     p, m, v = schedule_sizes(schedule)
     validate(schedule, p, m, v)
@@ -55,7 +55,8 @@ def simulate(schedule: Schedule, t_f=1.0, t_b=2.0, t_i=None, t_w=None, t_comm: f
     t_w = (lambda a: as_fn(t_b)(a) - as_fn(t_i)(a)) if t_w is None else t_w
     kinds = {F: as_fn(t_f), B: as_fn(t_b), I: as_fn(t_i), W: as_fn(t_w)}
     duration = {a: kinds[a.kind](a) for acts in schedule.values() for a in acts}
-    if min(duration.values()) < 0 or t_comm < 0:
+    comm = as_fn(t_comm)
+    if min(duration.values()) < 0 or (not callable(t_comm) and t_comm < 0):
         raise ValueError("simulate: durations must be >= 0")
     num_stages = p * v
     arrival: dict = {}                 # Message -> time it is available at its receiver
@@ -76,7 +77,7 @@ def simulate(schedule: Schedule, t_f=1.0, t_b=2.0, t_i=None, t_w=None, t_comm: f
                 out = sends(a, num_stages)
                 if out is not None:
                     local = stage_rank(out.dst_stage, p) == r
-                    arrival[out] = free[r] + (0.0 if local else t_comm)
+                    arrival[out] = free[r] + (0.0 if local else comm(out))
                 cursor[r] += 1
                 remaining -= 1
     flat = tuple(s for r in sorted(spans) for s in spans[r])
@@ -100,39 +101,6 @@ def peak_in_flight(actions: list[Action]) -> int:
         live += {F: 1, B: -1, W: -1}.get(a.kind, 0)
         peak = max(peak, live)
     return peak
-
-
-def costs_from_timeline(spans) -> dict[str, float]:
-    """Fit `simulate`'s cost model to a measured timeline: mean duration per kind, and t_comm as
-    the median delay from a sender's end to its receiver's start, over the receives the receiver
-    was idle for (its previous action ended before the message was sent)."""
-    spans = sorted(spans, key=lambda s: s.start)
-    by_action = {s.action: s for s in spans}
-    num_stages = max(s.action.stage for s in spans) + 1
-    costs = {}
-    for kind in ("F", "B", "I", "W"):
-        durations = [s.end - s.start for s in spans if s.action.kind == kind]
-        costs[f"t_{kind.lower()}"] = sum(durations) / len(durations) if durations else 0.0
-    previous_end: dict[int, float] = {}
-    delays = []
-    for s in spans:
-        need = receives(s.action, num_stages)
-        if need is not None:
-            sender = next(by_action[a] for a in _senders(need) if a in by_action)
-            if sender.rank != s.rank and previous_end.get(s.rank, -float("inf")) <= sender.end:
-                delays.append(s.start - sender.end)
-        previous_end[s.rank] = s.end
-    delays.sort()
-    costs["t_comm"] = max(0.0, delays[len(delays) // 2]) if delays else 0.0
-    if not costs["t_b"]:  # an I/W schedule: simulate wants t_b = t_i + t_w
-        costs["t_b"] = costs["t_i"] + costs["t_w"]
-    return costs
-
-
-def _senders(msg) -> list[Action]:
-    if msg.kind == "activation":
-        return [Action(msg.src_stage, F, msg.microbatch)]
-    return [Action(msg.src_stage, B, msg.microbatch), Action(msg.src_stage, I, msg.microbatch)]
 
 
 def closed_form_bubble(name: str, p: int, m: int, v: int = 1) -> float:
