@@ -42,6 +42,14 @@ def test_every_cu_file_compiles_for_sm80_without_spills():
         assert len(report) >= 12
 
 
+def test_global_writers_reads_the_ptx_state_spaces():
+    ptx = (".visible .entry _Z5writePf(\n.param .u64 p)\n{\n\tst.global.f32 [%rd1], %f1;\n\tret;\n}\n"
+           ".visible .entry _Z7scratchPf(\n.param .u64 p)\n{\n\tst.shared.f32 [%r1], %f1;\n"
+           "\tst.volatile.shared.u32 [%r2], %r3;\n\tld.param.u64 %rd1, [p];\n\tret;\n}\n"
+           ".visible .entry _Z6atomicPf(\n.param .u64 p)\n{\n\tred.global.add.f32 [%rd1], %f1;\n}\n")
+    assert nvcc.global_writers(ptx) == {"_Z5writePf", "_Z6atomicPf"}
+
+
 def test_ptxas_report_parser():
     log = ("ptxas info    : Compiling entry function '_Z1kPf' for 'sm_80'\n"
            "ptxas info    : Function properties for _Z1kPf\n"
@@ -58,6 +66,10 @@ def test_a_compile_error_fails_and_only_successes_are_cached(tmp_path, monkeypat
     for _ in range(2):  # a failure is never remembered
         with pytest.raises(AssertionError, match="undeclared"):
             nvcc.finish(nvcc.start([bad]), "bad.cu")
+    empty = tmp_path / "empty.cu"  # a stub whose #error line was deleted: compiles, computes nothing
+    empty.write_text('__global__ void k(float* y) { }\n__global__ void w(float* y) { y[0] = 1.f; }\n')
+    with pytest.raises(AssertionError, match="never store to global memory"):
+        nvcc.finish(nvcc.start([empty]), "empty.cu")
     good = tmp_path / "good.cu"
     good.write_text('__global__ void k(float* y) { y[threadIdx.x] = 1.f; }\n')
     first = nvcc.start([good])

@@ -1,7 +1,9 @@
 """Compile CUDA sources with nvcc for sm_80 without a GPU, and read ptxas' register report.
 
 `nvcc -std=c++17 -arch=sm_80 -c file.cu -Xptxas -v` runs the whole device pipeline (front end,
-PTX, ptxas) and prints, per kernel, registers used and bytes spilled to local memory.  The files
+PTX, ptxas) and prints, per kernel, registers used and bytes spilled to local memory; the PTX it
+keeps tells which kernels ever store to global memory (a kernel whose body was deleted compiles
+too, and does nothing: `finish` fails it).  The files
 compile in parallel (one nvcc each); `quick=True` adds -DST_QUICK_CHECK, which instantiates
 every template for fp32 only (kernel_utils.cuh), a third of the ptxas time.  Used by
 tests/test_kernels_compile.py and the a1 grader (a student's .cu with the reference headers).
@@ -20,12 +22,15 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from scaletrain.ops.backends import KERNELS_DIR
 
-__all__ = ["start", "finish", "ptxas_report"]
+__all__ = ["start", "finish", "ptxas_report", "global_writers"]
+
+_WRITES = "scaletrain: stores to global memory:"  # the line `finish` adds to the log it caches
 
 
 @dataclass
@@ -39,6 +44,8 @@ class _Cached:
 
     def kill(self):
         pass
+
+    keep_dir = None
 
 
 def _cache_dir() -> Path | None:
@@ -54,7 +61,7 @@ def _key(nvcc: str, flags: list[str], source: Path) -> str | None:
     if pre.returncode != 0:
         return None
     code = "\n".join(line.strip() for line in pre.stdout.splitlines() if line.strip())  # comments leave blanks
-    return hashlib.sha256("\0".join([version, *flags, code]).encode()).hexdigest()
+    return hashlib.sha256("\0".join([version, *flags, _WRITES, code]).encode()).hexdigest()
 
 
 def start(files, *, include_dirs=(KERNELS_DIR,), quick: bool = True, arch: int = 80) -> dict | None:
@@ -72,9 +79,11 @@ def start(files, *, include_dirs=(KERNELS_DIR,), quick: bool = True, arch: int =
         if hit is not None and hit.is_file():
             procs[f.name] = _Cached(hit.read_text())
             continue
-        proc = subprocess.Popen([nvcc, *flags, "-Xptxas", "-v", "-c", "-o", os.devnull, str(f)],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
-        proc.cache_path = hit  # where finish() records a success
+        keep = tempfile.mkdtemp(prefix="scaletrain-nvcc-")  # the PTX, for global_writers
+        proc = subprocess.Popen([nvcc, *flags, "-Xptxas", "-v", "--keep", "--keep-dir", keep, "-c", "-o", os.devnull,
+                                 str(f)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                stdin=subprocess.DEVNULL)
+        proc.cache_path, proc.keep_dir = hit, keep  # where finish() records a success; the PTX
         procs[f.name] = proc
     return procs
 
@@ -88,9 +97,14 @@ def finish(procs: dict, name: str, timeout_s: float = 300.0) -> dict[str, tuple[
     except subprocess.TimeoutExpired:
         proc.kill()
         raise AssertionError(f"nvcc did not finish compiling {name} within {timeout_s:.0f} s")
+    finally:
+        ptx = _take_ptx(proc)
     if proc.returncode != 0:
         errors = [line for line in log.splitlines() if "error" in line] or log.splitlines()[-5:]
         raise AssertionError(f"nvcc failed on {name}: " + " | ".join(errors[:3]))
+    if ptx is not None:  # a fresh compilation: note what its PTX stores, in the log the cache keeps
+        proc.writes = f"\n{_WRITES} {' '.join(sorted(global_writers(ptx)))}\n"
+    log += getattr(proc, "writes", "")
     path = getattr(proc, "cache_path", None)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -101,7 +115,36 @@ def finish(procs: dict, name: str, timeout_s: float = 300.0) -> dict[str, tuple[
     spilled = sorted(k for k, (_, spills) in report.items() if spills > 0)
     if spilled:
         raise AssertionError(f"{name}: registers spill to local memory in {', '.join(spilled)}")
+    writers = next((line[len(_WRITES):].split() for line in log.splitlines() if line.startswith(_WRITES)), [])
+    idle = sorted(set(report) - set(writers))
+    if idle:
+        raise AssertionError(f"{name}: {len(idle)} kernel(s) never store to global memory, e.g. {idle[0][:60]}: "
+                             "an empty body compiles but computes nothing")
     return report
+
+
+def _take_ptx(proc) -> str | None:
+    """The PTX nvcc left in `proc.keep_dir`, which is removed; None when there is none (a cached
+    compilation, or one already finished)."""
+    if proc.keep_dir is None:
+        return None
+    ptx = "\n".join(p.read_text() for p in Path(proc.keep_dir).glob("*.ptx"))
+    shutil.rmtree(proc.keep_dir, ignore_errors=True)
+    proc.keep_dir = None
+    return ptx
+
+
+def global_writers(ptx: str) -> set[str]:
+    """Names of the PTX entry functions whose body stores to global (or generic) memory:
+    st / atom / red without a .shared, .local or .param state space."""
+    writers = set()
+    for chunk in ptx.split(".entry ")[1:]:
+        name, body = chunk.split("(", 1)[0].strip(), chunk.split(".entry", 1)[0]
+        for m in re.finditer(r"\b(?:st|atom|red)((?:\.\w+)+)", body):
+            if not {"shared", "local", "param", "const"} & set(m.group(1).split(".")):
+                writers.add(name)
+                break
+    return writers
 
 
 def ptxas_report(log: str) -> dict[str, tuple[int, int]]:
