@@ -44,22 +44,20 @@ Edge cases and what happens:
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Iterator
+from typing import Any
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 
 from scaletrain.dp.async_allreduce import AsyncAllreduce, make_allreduce
 from scaletrain.dp.bucket import Bucket, assign_buckets
-from scaletrain.dp.naive import broadcast_module
+from scaletrain.dp.naive import Replicated
 from scaletrain.dp.trace import Trace
 
 __all__ = ["DataParallel"]
 
 
-class DataParallel(nn.Module):
+class DataParallel(Replicated):
     """Wrap `module` for data parallelism over the ranks of `group` (None: all ranks).
 
     Args (keyword-only after `module`):
@@ -76,13 +74,9 @@ class DataParallel(nn.Module):
     def __init__(self, module: nn.Module, *, bucket_cap_mb: float = 25.0, group: Any = None,
                  allreduce: str | AsyncAllreduce = "ring", overlap: bool = True,
                  timeout_s: float = 300.0, trace: Trace | None = None):
-        super().__init__()
         if not bucket_cap_mb > 0:
             raise ValueError(f"DataParallel: bucket_cap_mb must be > 0, got {bucket_cap_mb}")
-        broadcast_module(module, group)  # first: it says clearly when there is no process group
-        self.module = module
-        self.group = group
-        self.dp_rank, self.dp_world_size = dist.get_rank(group), dist.get_world_size(group)
+        super().__init__(module, group)  # rank 0's weights everywhere, forward, no_sync (naive.py)
         self.timeout_s = timeout_s
         self.trace = trace
         # parameters() yields a tied parameter once; frozen ones need no synchronization
@@ -96,22 +90,9 @@ class DataParallel(nn.Module):
         self._next_bucket = 0  # buckets [0, _next_bucket) are launched this round
         self._allreduce, self._close_allreduce = make_allreduce(allreduce, group=group,
                                                                 timeout_s=timeout_s)
-        self.require_backward_grad_sync = True
         self._hooks: list[Any] = []
         if overlap:
             self._register_hooks()
-
-    def forward(self, *args, **kwargs):
-        return self.module(*args, **kwargs)
-
-    @contextlib.contextmanager
-    def no_sync(self) -> Iterator[None]:
-        """Backward passes inside accumulate into .grad locally: no hook work, no communication."""
-        previous, self.require_backward_grad_sync = self.require_backward_grad_sync, False
-        try:
-            yield
-        finally:
-            self.require_backward_grad_sync = previous
 
     # ------------------------------------------------------------ task 3.2: sync after backward
 

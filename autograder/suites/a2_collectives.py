@@ -39,16 +39,16 @@ FORBIDDEN = FORBIDDEN_CALLS + ("torch.distributed.distributed_c10d", "torch.dist
                                "scaletrain.comm.ring_reduce_scatter", "scaletrain.comm.ring_all_gather",
                                "importlib", "__import__", "exec", "eval")
 
-C_RS = "2.1 reduce-scatter equals the single-process sum (p=3, hidden sizes and dtypes)"
-C_RS2 = "2.1 reduce-scatter on a 2-rank subgroup {0, 2} (neighbours are global ranks)"
-C_AG = "2.2 all-gather reassembles every shard (p=3, hidden sizes and dtypes)"
-C_AG2 = "2.2 all-gather on a 2-rank subgroup {0, 2}"
-C_AR = "2.3 allreduce in place: sum, avg, non-contiguous (p=3)"
-C_AR2 = "2.3 allreduce on a 2-rank subgroup {0, 2}"
-C_BYTES = "2.3 bytes per rank 2(p-1)·ceil(n/p)·itemsize, recorded as 2(p-1) messages"
-C_RS_SPEED = f"2.4 reduce-scatter faster than gloo's (p={SPEED_P}, {SPEED_MIB} MiB, CPU)"
-C_AR_SPEED = f"2.4 allreduce within {AR_SPEED_MAX}x of gloo's all_reduce (p={SPEED_P}, {SPEED_MIB} MiB, CPU)"
-C_NCCL = f"2.4 allreduce within {NCCL_SPEED_MAX}x of NCCL (2 GPUs, 64 MiB)"
+C_RS = "reduce-scatter equals the single-process sum (p=3, hidden sizes and dtypes)"
+C_RS2 = "reduce-scatter on a 2-rank subgroup {0, 2} (neighbours are global ranks)"
+C_AG = "all-gather reassembles every shard (p=3, hidden sizes and dtypes)"
+C_AG2 = "all-gather on a 2-rank subgroup {0, 2}"
+C_AR = "allreduce in place: sum, avg, non-contiguous (p=3)"
+C_AR2 = "allreduce on a 2-rank subgroup {0, 2}"
+C_BYTES = "bytes per rank 2(p-1)·ceil(n/p)·itemsize, recorded as 2(p-1) messages"
+C_RS_SPEED = f"reduce-scatter faster than gloo's (p={SPEED_P}, {SPEED_MIB} MiB, CPU)"
+C_AR_SPEED = f"allreduce within {AR_SPEED_MAX}x of gloo's all_reduce (p={SPEED_P}, {SPEED_MIB} MiB, CPU)"
+C_NCCL = f"allreduce within {NCCL_SPEED_MAX}x of NCCL (2 GPUs, 64 MiB)"
 
 MANIFEST = Manifest(
     assignment="a2", folder="a2_collectives", title="Ring collectives on point-to-point messages",

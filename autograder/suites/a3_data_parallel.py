@@ -25,16 +25,16 @@ P = 2          # ranks of the distributed group
 WAIT_S = 1.0   # DataParallel(timeout_s=...): how long finish waits for a bucket nobody launched
 RTOL = 2e-5    # fp32 gradients, a different summation order than one process
 
-C_ORDER = "3.1 reverse registration order, every parameter exactly once"
-C_CAP = "3.1 buckets within the cap, filled greedily, an oversized parameter alone"
-C_DTYPE = "3.1 a dtype change closes the bucket"
-C_SYNC = "3.2 bucketed sync after backward equals one process (1, 2 and 3 buckets)"
-C_ONCE = "3.2 exactly one allreduce per bucket per step"
-C_UNUSED = "3.2 unused and frozen parameters: no hang, mean with zeros"
-C_OVERLAP = "3.3 hooks launch buckets before backward ends (overlap)"
-C_HOOKED = "3.3 overlapped steps equal one process, tied wte/lm_head included"
-C_NOSYNC = "3.3 no_sync: no communication, 4 micro-steps equal one large batch"
-C_UNUSED_HOOKED = "3.3 unused parameter with hooks on: no hang, correct gradients"
+C_ORDER = "reverse registration order, every parameter exactly once"
+C_CAP = "buckets within the cap, filled greedily, an oversized parameter alone"
+C_DTYPE = "a dtype change closes the bucket"
+C_SYNC = "bucketed sync after backward equals one process (1, 2 and 3 buckets)"
+C_ONCE = "exactly one allreduce per bucket per step"
+C_UNUSED = "unused and frozen parameters: no hang, mean with zeros"
+C_OVERLAP = "hooks launch buckets before backward ends (overlap)"
+C_HOOKED = "overlapped steps equal one process, tied wte/lm_head included"
+C_NOSYNC = "no_sync: no communication, 4 micro-steps equal one large batch"
+C_UNUSED_HOOKED = "unused parameter with hooks on: no hang, correct gradients"
 
 MANIFEST = Manifest(
     assignment="a3", folder="a3_data_parallel", title="Data parallelism: buckets, overlap, accumulation",

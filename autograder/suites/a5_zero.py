@@ -34,16 +34,16 @@ TORCH_COLLECTIVES = ("torch.distributed.all_reduce", "torch.distributed.all_gath
                      "torch.distributed.all_gather_into_tensor", "torch.distributed.reduce_scatter",
                      "torch.distributed.reduce_scatter_tensor", "torch.distributed.broadcast")
 
-C_SHARD = "5.1 shard_of is a view of elements [r·m, (r+1)·m) of the padded buffer"
-C_UNSHARD = "5.1 unshard fills every chunk from its owner (N = 1, 2; fewer elements than ranks)"
-C_S1_EQ = "5.2 stage 1 equals one process (AdamW, SGD momentum; hidden models; N = 1, 2)"
-C_S1_BYTES = "5.2 stage 1 holds 8Ψ' + 8Ψ'/N bytes and sends 2Ψ'(N-1)/N elements per step"
-C_S2_EQ = "5.3 stage 2 equals one process (several buckets; hidden models; N = 1, 2)"
-C_S2_BYTES = "5.3 stage 2 keeps only gradient shards: 4Ψ' + 12Ψ'/N bytes, 2Ψ'(N-1)/N sent"
-C_S2_EARLY = "5.3 stage 2 reduce-scatters every bucket during backward and frees full gradients"
-C_S3_EQ = "5.4 stage 3 equals one process (hidden models; N = 1, 2)"
-C_S3_MEM = "5.4 stage 3 holds 16Ψ'/N bytes and gathers one block at a time"
-C_S3_COMM = "5.4 stage 3 sends 3Ψ'(N-1)/N elements per step"
+C_SHARD = "shard_of is a view of elements [r·m, (r+1)·m) of the padded buffer"
+C_UNSHARD = "unshard fills every chunk from its owner (N = 1, 2; fewer elements than ranks)"
+C_S1_EQ = "stage 1 equals one process (AdamW, SGD momentum; hidden models; N = 1, 2)"
+C_S1_BYTES = "stage 1 holds 8Ψ' + 8Ψ'/N bytes and sends 2Ψ'(N-1)/N elements per step"
+C_S2_EQ = "stage 2 equals one process (several buckets; hidden models; N = 1, 2)"
+C_S2_BYTES = "stage 2 keeps only gradient shards: 4Ψ' + 12Ψ'/N bytes, 2Ψ'(N-1)/N sent"
+C_S2_EARLY = "stage 2 reduce-scatters every bucket during backward and frees full gradients"
+C_S3_EQ = "stage 3 equals one process (hidden models; N = 1, 2)"
+C_S3_MEM = "stage 3 holds 16Ψ'/N bytes and gathers one block at a time"
+C_S3_COMM = "stage 3 sends 3Ψ'(N-1)/N elements per step"
 
 MANIFEST = Manifest(
     assignment="a5", folder="a5_zero", title="ZeRO: sharded optimizer state, gradients and parameters",

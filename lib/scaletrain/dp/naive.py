@@ -27,7 +27,7 @@ import torch.nn as nn
 from scaletrain.dp.async_allreduce import AsyncAllreduce, make_allreduce
 from scaletrain.dp.trace import Trace
 
-__all__ = ["broadcast_module", "NaiveDataParallel"]
+__all__ = ["broadcast_module", "Replicated", "NaiveDataParallel"]
 
 
 def broadcast_module(module: nn.Module, group: Any = None) -> None:
@@ -45,7 +45,33 @@ def broadcast_module(module: nn.Module, group: Any = None) -> None:
             dist.broadcast(tensor.data, src=src, group=group)
 
 
-class NaiveDataParallel(nn.Module):
+class Replicated(nn.Module):
+    """What every data-parallel wrapper shares: `module` copied from group rank 0 on every rank,
+    a forward that is the module's, and `no_sync()`, inside which backward passes only accumulate
+    into .grad (`require_backward_grad_sync` is False: the subclass's synchronization skips)."""
+
+    def __init__(self, module: nn.Module, group: Any = None):
+        super().__init__()
+        broadcast_module(module, group)  # first: it says clearly when there is no process group
+        self.module = module
+        self.group = group
+        self.dp_rank, self.dp_world_size = dist.get_rank(group), dist.get_world_size(group)
+        self.require_backward_grad_sync = True
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Accumulate gradients locally: no hook work, no communication inside."""
+        previous, self.require_backward_grad_sync = self.require_backward_grad_sync, False
+        try:
+            yield
+        finally:
+            self.require_backward_grad_sync = previous
+
+
+class NaiveDataParallel(Replicated):
     """Per-parameter allreduce after backward: no buckets, no overlap (the baseline).
 
     Usage, on every rank:
@@ -58,27 +84,10 @@ class NaiveDataParallel(nn.Module):
     def __init__(self, module: nn.Module, *, group: Any = None,
                  allreduce: str | AsyncAllreduce = "torch", timeout_s: float = 300.0,
                  trace: Trace | None = None):
-        super().__init__()
-        broadcast_module(module, group)
-        self.module = module
-        self.group = group
-        self.dp_world_size = dist.get_world_size(group)
+        super().__init__(module, group)
         self._params = [p for p in module.parameters() if p.requires_grad]
         self._allreduce, self._close = make_allreduce(allreduce, group=group, timeout_s=timeout_s)
-        self.require_backward_grad_sync = True
         self.trace = trace  # "launch" and "done" per parameter index, as DataParallel per bucket
-
-    def forward(self, *args, **kwargs):
-        return self.module(*args, **kwargs)
-
-    @contextlib.contextmanager
-    def no_sync(self) -> Iterator[None]:
-        """Accumulate gradients locally; finish_gradient_synchronization() does nothing inside."""
-        previous, self.require_backward_grad_sync = self.require_backward_grad_sync, False
-        try:
-            yield
-        finally:
-            self.require_backward_grad_sync = previous
 
     def finish_gradient_synchronization(self) -> None:
         if not self.require_backward_grad_sync:
