@@ -204,3 +204,8 @@ def test_sampled_bubble_without_jitter_is_the_deterministic_bubble():
     assert mixed > run.bubble_fraction
     with pytest.raises(ValueError, match="never ran"):
         sampled_bubble(one_f_one_b(2, 4), [run.spans])
+    # by="action" on one timeline replays it: its own durations, its own (here constant) delays
+    uneven = simulate(schedule, t_f=lambda a: 1 + a.stage, t_i=1.0, t_w=lambda a: a.microbatch / 4, t_comm=0.3)
+    assert sampled_bubble(schedule, [uneven.spans], by="action", samples=3) == pytest.approx(uneven.bubble_fraction)
+    with pytest.raises(ValueError, match="by must be"):
+        sampled_bubble(schedule, [run.spans], by="kind")

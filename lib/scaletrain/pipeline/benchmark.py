@@ -9,7 +9,8 @@ For each world size (one spawn) it reports:
    adding one source of idle time: "equal stages" (one mean duration per kind and the mean
    message delay), "per stage" (a mean per stage and kind), "+ jitter" (`sampled_bubble`:
    durations and delays drawn from those the run measured), "replay" (each action's own measured
-   duration). Target: measured within 10% of the replay, i.e. the simulator models the executor.
+   duration, message delays drawn from the step's). Target: measured within 10% of the replay,
+   i.e. the simulator models the executor.
 2. throughput: step time of our executor vs torch.distributed.pipelining (ScheduleGPipe,
    Schedule1F1B, ScheduleInterleaved1F1B) on the same model and processes, timed alternately
    (bench.compare); ratio < 1 means ours is faster. Target: <= 1.
@@ -121,9 +122,10 @@ def _bubble_rows(p: int, m: int, timelines_per_rank: list[dict]) -> tuple[list[d
         schedule = make(p, m, v) if v > 1 else make(p, m)
         steps = [[s for rank_spans in step for s in rank_spans] for step in zip(*(r[name] for r in timelines_per_rank))]
         measured = [bubble_of(spans) for spans in steps]
-        equal, staged, replay = ([simulate(schedule, **costs_from_timeline(spans, by)).bubble_fraction for spans in steps]
-                                 for by in ("kind", "stage", "action"))
+        equal, staged = ([simulate(schedule, **costs_from_timeline(spans, by)).bubble_fraction for spans in steps]
+                         for by in ("kind", "stage"))
         jitter = sampled_bubble(schedule, steps)
+        replay = [sampled_bubble(schedule, [spans], by="action", samples=50) for spans in steps]
         examples[name] = steps[sorted(range(len(steps)), key=measured.__getitem__)[len(steps) // 2]]
         meas, replayed = statistics.median(measured), statistics.median(replay)
         rows.append({"p": p, "m": m, "schedule": name, "measured": meas, "p20": _q(measured, 0.2),

@@ -14,7 +14,9 @@ A real pipeline's idle time has three sources, and each fit below adds one:
 
 What is left is correlation: on a shared machine a rank is slow for a whole step, not one action
 at a time. Replaying each action's own measured duration (`by="action"`) keeps it and tests the
-simulator's model of the executor itself. On 2 CPU ranks (8×Linear(512), m = 8, `python -m
+simulator's model of the executor itself; `sampled_bubble([step], by="action")` also draws each
+message's delay from that step's, so that the rare message that waits a whole scheduler tick
+(about 4 ms on a 2-core box) lands on the critical path as often as it does in reality. On 2 CPU ranks (8×Linear(512), m = 8, `python -m
 scaletrain.bench pipeline`) 1F1B's bubble was predicted as 0.12 (equal stages), 0.15 (per stage),
 0.23 (+ jitter) and 0.21 (replay) against 0.22 measured.
 """
@@ -80,22 +82,27 @@ def message_delays(spans: Sequence[Span]) -> list[float]:
     return delays
 
 
-def sampled_bubble(schedule: Schedule, timelines: Sequence[Sequence[Span]], samples: int = 200,
-                   seed: int = 0) -> float:
-    """Expected bubble fraction of `schedule` when every action lasts as long as a random
-    measurement of its (stage, kind) and every message takes a random measured delay, both pooled
-    over `timelines` (several steps of one run): the mean over `samples` simulations."""
-    durations: dict[tuple[int, str], list[float]] = {}
+def sampled_bubble(schedule: Schedule, timelines: Sequence[Sequence[Span]], by: str = "stage",
+                   samples: int = 200, seed: int = 0) -> float:
+    """Expected bubble fraction of `schedule` when every message takes a random measured delay
+    and every action a random measured duration, both pooled over `timelines`: the mean over
+    `samples` simulations. by="stage": an action's duration is drawn from its (stage, kind)
+    (source 3 above, over several steps of one run); by="action": from its own measurements (with
+    one timeline, the replay of that step, its message delays drawn from the ones it had)."""
+    if by not in ("stage", "action"):
+        raise ValueError(f"sampled_bubble: by must be 'stage' or 'action', got {by!r}")
+    key = (lambda a: (a.stage, a.kind)) if by == "stage" else (lambda a: a)
+    durations: dict = {}
     for spans in timelines:
         for s in spans:
-            durations.setdefault((s.action.stage, s.action.kind), []).append(s.end - s.start)
-    missing = {(a.stage, a.kind) for actions in schedule.values() for a in actions} - durations.keys()
+            durations.setdefault(key(s.action), []).append(s.end - s.start)
+    missing = {key(a) for actions in schedule.values() for a in actions} - durations.keys()
     if missing:
-        raise ValueError(f"sampled_bubble: the timelines never ran (stage, kind) {sorted(missing)[:4]}: "
+        raise ValueError(f"sampled_bubble: the timelines never ran {sorted(map(str, missing))[:4]}: "
                          "pass timelines measured with this schedule")
     delays = [max(0.0, d) for spans in timelines for d in message_delays(spans)] or [0.0]
     rng = random.Random(seed)
-    draw = lambda a: rng.choice(durations[(a.stage, a.kind)])  # noqa: E731
+    draw = lambda a: rng.choice(durations[key(a)])  # noqa: E731
     bubbles = [simulate(schedule, t_f=draw, t_b=draw, t_i=draw, t_w=draw,
                         t_comm=lambda msg: rng.choice(delays)).bubble_fraction for _ in range(samples)]
     return statistics.fmean(bubbles)
