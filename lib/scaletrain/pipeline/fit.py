@@ -17,8 +17,8 @@ at a time. Replaying each action's own measured duration (`by="action"`) keeps i
 simulator's model of the executor itself; `sampled_bubble([step], by="action")` also draws each
 message's delay from that step's, so that the rare message that waits a whole scheduler tick
 (about 4 ms on a 2-core box) lands on the critical path as often as it does in reality. On 2 CPU ranks (8×Linear(512), m = 8, `python -m
-scaletrain.bench pipeline`) 1F1B's bubble was predicted as 0.12 (equal stages), 0.15 (per stage),
-0.23 (+ jitter) and 0.21 (replay) against 0.22 measured.
+scaletrain.bench pipeline`) 1F1B's bubble was predicted as 0.115 (equal stages), 0.149 (per
+stage), 0.158 (+ jitter) and 0.170 (replay) against 0.162 measured.
 """
 
 from __future__ import annotations
