@@ -88,9 +88,31 @@ class GroupContext:
             outcome, reason = classify(exc, self.submission)
         self.record(name, outcome, reason, time.monotonic() - start)
 
+    def report_ranks(self, names, per_rank, failure: BaseException | None = None) -> None:
+        """Give each check in `names` the outcome the ranks found. `per_rank`: one dict per rank,
+        check name -> None (passed) or (exception type name, message). `failure`: what ended the
+        spawn itself, if anything, which becomes every check's outcome. Otherwise a timeout on any
+        rank is the cause (its peers only saw a broken ring); else the lowest rank's failure."""
+        for name in names:
+            with self.check(name):
+                if failure is not None:
+                    raise failure
+                problems = [outcomes[name] for outcomes in per_rank if outcomes[name] is not None]
+                if problems:
+                    raise _rank_exception(next((p for p in problems if p[0] == "TimeoutError"), problems[0]))
+
     def record(self, name: str, outcome: str, reason: str, duration: float = 0.0) -> None:
         self._outcomes[name] = outcome
         with open(self._report, "a") as f:
             f.write(json.dumps({"name": name, "outcome": outcome, "reason": reason,
                                 "duration": round(duration, 3)}) + "\n")
             f.flush()
+
+
+def _rank_exception(problem: tuple[str, str]) -> Exception:
+    """The exception a rank reported as (type name, message), rebuilt for `classify`."""
+    kind, message = problem
+    if kind == "TimeoutError" or "timed out" in message.lower():
+        return TimeoutError(message)
+    known = {"AssertionError": AssertionError, "NotImplementedError": NotImplementedError, "Flagged": Flagged}
+    return known[kind](message) if kind in known else RuntimeError(f"{kind}: {message}")

@@ -349,17 +349,6 @@ def _ddp_rank(rank: int, world_size: int, seed: int) -> dict:
     return out
 
 
-def _raise(problem) -> None:
-    kind, message = problem
-    if kind == "TimeoutError" or "timed out" in message.lower():
-        raise TimeoutError(message)
-    errors = {"AssertionError": AssertionError, "NotImplementedError": NotImplementedError,
-              "Flagged": checks.Flagged}
-    if kind in errors:
-        raise errors[kind](message)
-    raise RuntimeError(f"{kind}: {message}")
-
-
 def _preflight(dpm) -> NotImplementedError | None:
     """One step with overlap=False on a 1-rank group in this process: an untouched task 3.2 (which
     every distributed check needs) is reported at once, without starting ranks."""
@@ -393,10 +382,4 @@ def group_ddp(ctx):
             per_rank = spawn(_ddp_rank, P, checks.trial_seeds(1, salt=33)[0], timeout_s=60)
         except Exception as exc:  # noqa: BLE001 - reported inside every check below
             failure = exc
-    for name in _DDP_CHECKS:
-        with ctx.check(name):
-            if failure is not None:
-                raise failure
-            problems = [rank[name] for rank in per_rank if rank[name] is not None]
-            if problems:  # a timeout on any rank is the cause; else the lowest rank's failure
-                _raise(next((p for p in problems if p[0] == "TimeoutError"), problems[0]))
+    ctx.report_ranks(_DDP_CHECKS, per_rank, failure)

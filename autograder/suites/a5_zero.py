@@ -273,13 +273,6 @@ def _rank(rank: int, world_size: int, seed: int, skip: dict) -> dict:
     return out
 
 
-def _raise(problem) -> None:
-    kind, message = problem
-    errors = {"TimeoutError": TimeoutError, "AssertionError": AssertionError,
-              "NotImplementedError": NotImplementedError, "Flagged": checks.Flagged}
-    raise errors.get(kind, RuntimeError)(message if kind in errors else f"{kind}: {message}")
-
-
 def group_ranks(ctx):
     from scaletrain.launch import spawn
     ctx.student("zero_engine")  # a broken import fails here, for every check, with its line
@@ -293,10 +286,4 @@ def group_ranks(ctx):
             per_rank = spawn(_rank, P, checks.trial_seeds(1, salt=55)[0], skip, timeout_s=200)
         except Exception as exc:  # noqa: BLE001 - reported inside every check below
             failure = exc
-    for name in CHECKS:
-        with ctx.check(name):
-            if failure is not None:
-                raise failure
-            problems = [r[name] for r in per_rank if r[name] is not None]
-            if problems:  # a deadlock on any rank is the cause; else the lowest rank's failure
-                _raise(next((p for p in problems if p[0] == "TimeoutError"), problems[0]))
+    ctx.report_ranks(CHECKS, per_rank, failure)
