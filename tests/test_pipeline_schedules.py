@@ -209,3 +209,15 @@ def test_sampled_bubble_without_jitter_is_the_deterministic_bubble():
     assert sampled_bubble(schedule, [uneven.spans], by="action", samples=3) == pytest.approx(uneven.bubble_fraction)
     with pytest.raises(ValueError, match="by must be"):
         sampled_bubble(schedule, [run.spans], by="kind")
+
+
+def test_bubble_target_judges_only_ranks_with_a_core_each():
+    from scaletrain.pipeline.benchmark import target_summary
+    rows = [{"p": 2, "schedule": "1f1b", "meas/replay": 1.04}, {"p": 2, "schedule": "interleaved", "meas/replay": 1.13},
+            {"p": 4, "schedule": "1f1b", "meas/replay": 0.85}]
+    text = target_summary(rows, cores=2)
+    assert "1/2 rows met; missed: p=2 interleaved 1.13" in text
+    assert "Not judged: p = 4 time-shares 2 cores" in text and "0.85-0.85" in text
+    assert target_summary(rows, cores=4).startswith("Bubble target (measured within 10% of the replay, p <= 4 cores): "
+                                                    "1/3 rows met")
+    assert "Not judged" not in target_summary(rows[:1], cores=2)

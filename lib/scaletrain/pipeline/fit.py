@@ -16,9 +16,16 @@ What is left is correlation: on a shared machine a rank is slow for a whole step
 at a time. Replaying each action's own measured duration (`by="action"`) keeps it and tests the
 simulator's model of the executor itself; `sampled_bubble([step], by="action")` also draws each
 message's delay from that step's, so that the rare message that waits a whole scheduler tick
-(about 4 ms on a 2-core box) lands on the critical path as often as it does in reality. On 2 CPU ranks (8×Linear(512), m = 8, `python -m
-scaletrain.bench pipeline`) 1F1B's bubble was predicted as 0.115 (equal stages), 0.149 (per
-stage), 0.158 (+ jitter) and 0.170 (replay) against 0.162 measured.
+(about 4 ms on a 2-core box) lands on the critical path as often as it does in reality. On 2 CPU
+ranks (8×Linear(512), m = 8, batch 1024, `python -m scaletrain.bench pipeline`) 1F1B's bubble was
+predicted as 0.119 (equal stages), 0.155 (per stage), 0.187 (+ jitter) and 0.177 (replay)
+against 0.179 measured.
+
+The simulator gives every rank a processor of its own. With more ranks than cores (p = 4 on 2)
+a woken receiver also waits for a core, the longer the more of the other ranks are computing: in
+one p = 4 run, 13-16% of the idle receivers whose message left while one other rank computed
+waited over 1 ms, 26-42% with two or three. Drawn at random, such waits also land in the ramp,
+where few ranks compute, and the replay overestimates the bubble by up to about 10%.
 """
 
 from __future__ import annotations
