@@ -92,14 +92,17 @@ class GroupContext:
         """Give each check in `names` the outcome the ranks found. `per_rank`: one dict per rank,
         check name -> None (passed) or (exception type name, message). `failure`: what ended the
         spawn itself, if anything, which becomes every check's outcome. Otherwise a timeout on any
-        rank is the cause (its peers only saw a broken ring); else the lowest rank's failure."""
+        rank is the cause (its peers only saw a broken ring); else the lowest rank's failure. The
+        reason names the rank."""
         for name in names:
             with self.check(name):
                 if failure is not None:
                     raise failure
-                problems = [outcomes[name] for outcomes in per_rank if outcomes[name] is not None]
+                problems = [(rank, outcomes[name]) for rank, outcomes in enumerate(per_rank)
+                            if outcomes[name] is not None]
                 if problems:
-                    raise _rank_exception(next((p for p in problems if p[0] == "TimeoutError"), problems[0]))
+                    rank, (kind, message) = next((p for p in problems if p[1][0] == "TimeoutError"), problems[0])
+                    raise _rank_exception(kind, message if message.startswith("rank") else f"rank {rank}: {message}")
 
     def record(self, name: str, outcome: str, reason: str, duration: float = 0.0) -> None:
         self._outcomes[name] = outcome
@@ -109,9 +112,8 @@ class GroupContext:
             f.flush()
 
 
-def _rank_exception(problem: tuple[str, str]) -> Exception:
+def _rank_exception(kind: str, message: str) -> Exception:
     """The exception a rank reported as (type name, message), rebuilt for `classify`."""
-    kind, message = problem
     if kind == "TimeoutError" or "timed out" in message.lower():
         return TimeoutError(message)
     known = {"AssertionError": AssertionError, "NotImplementedError": NotImplementedError, "Flagged": Flagged}

@@ -175,3 +175,18 @@ def test_cli_unknown_assignment_and_missing_folder_exit_2(tmp_path):
         payload = json.loads(out.read_text())
         assert proc.returncode == 2, proc.stderr
         assert payload["extra_data"]["harness_error"] and "error:" in proc.stderr
+
+
+def test_report_ranks_names_the_rank_and_prefers_a_timeout(tmp_path):
+    from autograder.context import GroupContext
+    report = tmp_path / "report.jsonl"
+    ctx = GroupContext("g", ["ok", "bad", "hang", "spawn"], tmp_path, "cpu", report)
+    per_rank = [{"ok": None, "bad": None, "hang": ("AssertionError", "ring broken")},
+                {"ok": None, "bad": ("AssertionError", "sum off by 3"), "hang": ("TimeoutError", "recv timed out")}]
+    ctx.report_ranks(["ok", "bad", "hang"], per_rank)
+    ctx.report_ranks(["spawn"], [], failure=RuntimeError("rank 2 exited"))
+    rows = {r["name"]: r for r in map(json.loads, report.read_text().splitlines())}
+    assert rows["ok"]["outcome"] == "passed"
+    assert (rows["bad"]["outcome"], rows["bad"]["reason"]) == ("failed", "rank 1: sum off by 3")
+    assert (rows["hang"]["outcome"], rows["hang"]["reason"]) == ("timeout", "rank 1: recv timed out")
+    assert rows["spawn"]["outcome"] == "error" and "rank 2 exited" in rows["spawn"]["reason"]

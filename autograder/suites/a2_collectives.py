@@ -280,18 +280,6 @@ def _rank_p3(rank: int, world_size: int, seed: int):
     return {name: outcomes.get(name) for name in (C_RS, C_AG, C_AR, C_BYTES, C_RS2, C_AG2, C_AR2)}
 
 
-def _report(ctx, results: list[dict], names: list[str]) -> None:
-    """Turn the ranks' outcome dicts into checks: the lowest failing rank's reason."""
-    exc_of = {"AssertionError": AssertionError, "NotImplementedError": NotImplementedError,
-              "Flagged": checks.Flagged}
-    for name in names:
-        with ctx.check(name):
-            for rank, outcomes in enumerate(results):
-                if outcomes[name] is not None:
-                    kind, message = outcomes[name]
-                    raise exc_of[kind](f"rank {rank}: {message}" if not message.startswith("rank") else message)
-
-
 def _untouched_stub(ring_mod) -> str | None:
     """The reason to fail every check at once when all three functions still raise
     NotImplementedError on a 1-rank group in this process (the untouched stub): no ranks to spawn."""
@@ -339,7 +327,7 @@ def group_p3(ctx):
     names = [C_RS, C_AG, C_AR, C_BYTES, C_RS2, C_AG2, C_AR2]
     results = _spawn_ranks(ctx, _rank_p3, 3, names, _seed())
     if results is not None:
-        _report(ctx, results, names)
+        ctx.report_ranks(names, results)
 
 
 def _seed() -> int:
