@@ -49,6 +49,19 @@ def _exit_code(results: list[Result]) -> int:
     return EXIT_INCOMPLETE if any(r.outcome == "not_run" for r in results) else EXIT_OK
 
 
+def submission_folder(m, submission: str | None, every: bool) -> Path:
+    """The folder to grade for assignment `m`: its working copy under assignments/ by default;
+    with --submission DIR, DIR itself, or DIR/<assignment folder> for `grade all` and for a DIR
+    laid out like solutions/ (it holds the assignment's folder and none of its files)."""
+    if submission is None:
+        return m.stub_dir()
+    root = Path(submission)
+    nested = root / m.folder
+    if every or (nested.is_dir() and not any((root / name).is_file() for name in m.files)):
+        return nested
+    return root
+
+
 def cmd_grade(args) -> int:
     start, results, harness_error, code = time.monotonic(), [], "", EXIT_HARNESS
     device = "unknown"
@@ -58,11 +71,8 @@ def cmd_grade(args) -> int:
         if args.submission is not None and not Path(args.submission).is_dir():
             raise UnusableSubmission(f"submission folder {args.submission} does not exist")
         for m in manifests:
-            if args.submission is None:
-                folder = m.stub_dir()
-            else:
-                folder = Path(args.submission) / m.folder if args.assignment == "all" else Path(args.submission)
-            results += grade_assignment(m, folder, device, progress=lambda s: print(s, file=sys.stderr))
+            results += grade_assignment(m, submission_folder(m, args.submission, args.assignment == "all"), device,
+                                        progress=lambda s: print(s, file=sys.stderr))
         print(table(results))
         print(summarize(results))
         code = _exit_code(results)

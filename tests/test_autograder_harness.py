@@ -190,3 +190,17 @@ def test_report_ranks_names_the_rank_and_prefers_a_timeout(tmp_path):
     assert (rows["bad"]["outcome"], rows["bad"]["reason"]) == ("failed", "rank 1: sum off by 3")
     assert (rows["hang"]["outcome"], rows["hang"]["reason"]) == ("timeout", "rank 1: recv timed out")
     assert rows["spawn"]["outcome"] == "error" and "rank 2 exited" in rows["spawn"]["reason"]
+
+
+def test_submission_folder_finds_the_assignment_folder_inside_a_solutions_like_dir(tmp_path):
+    from autograder.cli import submission_folder
+    from autograder.manifest import get_manifest
+    m = get_manifest("a0")
+    assert submission_folder(m, None, every=False) == m.stub_dir()
+    (tmp_path / m.folder).mkdir()
+    assert submission_folder(m, str(tmp_path), every=False) == tmp_path / m.folder  # like --submission solutions
+    assert submission_folder(m, str(tmp_path), every=True) == tmp_path / m.folder
+    for name in m.files:  # the student's own folder, passed directly, wins
+        (tmp_path / name).write_text("")
+    assert submission_folder(m, str(tmp_path), every=False) == tmp_path
+    assert submission_folder(m, str(tmp_path / "elsewhere"), every=False) == tmp_path / "elsewhere"
