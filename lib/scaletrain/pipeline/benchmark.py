@@ -228,7 +228,8 @@ def main(argv: list[str]) -> int:
     print("Bubble fraction: measured timelines vs the closed form and the simulator with costs fitted to the "
           "run (equal stages, per-stage means, + jitter, replay of every action's duration)")
     print(format_table(bubble))
-    print(target_summary(bubble, _cores()))
+    print("Bubble target: not judged with --quick (3 steps of a small model, where one 4 ms scheduler tick "
+          "is a large share of a step)" if args.quick else target_summary(bubble, _cores()))
     print("\nStep time: our executor vs torch.distributed.pipelining (ratio = ours / torch, < 1 is faster)")
     print(format_table(speed))
     print("\nPeak activation bytes per rank (saved for backward): GPipe holds m microbatches, 1F1B p - r")
