@@ -226,11 +226,11 @@ def test_bubble_target_judges_only_ranks_with_a_core_each():
 def test_benchmark_bubble_rows_of_an_ideal_run_all_equal_the_closed_form():
     """Timelines simulated with equal stages (t_b = 2 t_f, no messages delay) stand in for a
     measured run: every fitted column must then give the closed form, and meas/replay 1."""
-    from scaletrain.pipeline.benchmark import SCHEDULES, _bubble_rows
+    from scaletrain.pipeline.benchmark import SCHEDULES, _bubble_rows, make_schedule
     p, m = 2, 4
     per_rank = [{} for _ in range(p)]
-    for name, (make, v) in SCHEDULES.items():
-        schedule = make(p, m, v) if v > 1 else make(p, m)
+    for name in SCHEDULES:
+        schedule, v = make_schedule(name, p, m)
         run = simulate(schedule, t_f=1.0 / v, t_b=2.0 / v, t_i=1.0, t_w=1.0)
         for r in range(p):
             per_rank[r][name] = [[s for s in run.spans if s.rank == r]] * 3  # three identical steps

@@ -46,6 +46,12 @@ from scaletrain.pipeline.simulate import bubble_of, closed_form_bubble, simulate
 SCHEDULES = {"gpipe": (gpipe, 1), "1f1b": (one_f_one_b, 1), "zb_h1": (zb_h1, 1), "interleaved": (interleaved_1f1b, 2)}
 
 
+def make_schedule(name: str, p: int, m: int):
+    """(schedule, v) of the named schedule in SCHEDULES on p ranks with m microbatches."""
+    make, v = SCHEDULES[name]
+    return (make(p, m, v) if v > 1 else make(p, m)), v
+
+
 def _stages(num_stages: int, layers: int, d: int) -> list[nn.Module]:
     torch.manual_seed(0)
     per = layers // num_stages
@@ -61,8 +67,7 @@ def measure_timelines(rank: int, p: int, names: tuple[str, ...], m: int, d: int 
     x, y = torch.randn(batch, d, generator=gen), torch.randn(batch, d, generator=gen)
     out = {}
     for name in names:
-        make, v = SCHEDULES[name]
-        schedule = make(p, m, v) if v > 1 else make(p, m)
+        schedule, v = make_schedule(name, p, m)
         all_stages = _stages(p * v, layers, d)
         ex = PipelineExecutor({s: all_stages[s] for s in range(rank, p * v, p)}, schedule, Fn.mse_loss)
         for _ in range(steps):
@@ -85,10 +90,10 @@ def _rank_main(rank: int, p: int, cfg: dict) -> dict:
     gen = torch.Generator().manual_seed(1)
     x, y = torch.randn(cfg["batch"], d, generator=gen), torch.randn(cfg["batch"], d, generator=gen)
     out = {"timelines": {}, "peak": {}, "speed": {}}
-    for name, (make, v) in SCHEDULES.items():
+    for name, (_, v) in SCHEDULES.items():
         if v > 1 and m % p:
             continue
-        schedule = make(p, m, v) if v > 1 else make(p, m)
+        schedule, _ = make_schedule(name, p, m)
         all_stages = _stages(p * v, cfg["layers"], d)
         mine = {s: all_stages[s] for s in range(rank, p * v, p)}
         ex = PipelineExecutor(mine, schedule, Fn.mse_loss)
@@ -121,10 +126,10 @@ def _rank_main(rank: int, p: int, cfg: dict) -> dict:
 
 def _bubble_rows(p: int, m: int, timelines_per_rank: list[dict]) -> tuple[list[dict], dict]:
     rows, examples = [], {}
-    for name, (make, v) in SCHEDULES.items():
+    for name in SCHEDULES:
         if name not in timelines_per_rank[0]:
             continue
-        schedule = make(p, m, v) if v > 1 else make(p, m)
+        schedule, v = make_schedule(name, p, m)
         steps = [[s for rank_spans in step for s in rank_spans] for step in zip(*(r[name] for r in timelines_per_rank))]
         measured = [bubble_of(spans) for spans in steps]
         equal, staged = ([simulate(schedule, **costs_from_timeline(spans, by)).bubble_fraction for spans in steps]
@@ -189,8 +194,7 @@ def _plot(examples: dict, p: int, m: int, path) -> None:
     names = list(examples)
     fig, axes = plt.subplots(len(names), 2, figsize=(14, 1.0 + 1.1 * p * len(names) / 2), squeeze=False)
     for row, name in zip(axes, names):
-        make, v = SCHEDULES[name]
-        schedule = make(p, m, v) if v > 1 else make(p, m)
+        schedule, _ = make_schedule(name, p, m)
         spans = examples[name]
         plot_schedule(spans, ax=row[0], labels=False, title=f"{name}: measured, bubble {bubble_of(spans):.3f}")
         sim = simulate(schedule, **costs_from_timeline(spans, "stage"))
