@@ -9,7 +9,7 @@ import traceback
 from pathlib import Path
 
 from autograder.grade import UnusableSubmission, grade_assignment
-from autograder.manifest import REPO, all_manifests, get_manifest
+from autograder.manifest import REPO, all_manifests, get_manifest, hidden_suites_present
 from autograder.release import ReleaseError, release
 from autograder.results import summarize, table, to_gradescope, write_json
 from autograder.runner import Result
@@ -35,10 +35,16 @@ missing folder or file), 3 all gradable checks passed but GPU checks were not ru
 
 
 def _device(choice: str) -> str:
-    if choice != "auto":
+    """The device to grade on. `--device cuda` where no CUDA device is visible is unusable input
+    (exit 2), not a grade in which every GPU check, Triton ones included, fails."""
+    if choice == "cpu":
         return choice
     import torch
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if torch.cuda.is_available():
+        return "cuda"
+    if choice == "cuda":
+        raise UnusableSubmission("no CUDA device visible: run on a GPU machine or use --device auto/cpu")
+    return "cpu"
 
 
 def _exit_code(results: list[Result]) -> int:
@@ -91,6 +97,8 @@ def cmd_grade(args) -> int:
 
 
 def cmd_release(args) -> int:
+    if args.student:
+        return cmd_student_release(args)
     try:
         problems = release(check=args.check)
     except ReleaseError as exc:
@@ -106,6 +114,70 @@ def cmd_release(args) -> int:
     return EXIT_OK
 
 
+def cmd_public_grade(args) -> int:
+    """`grade` in a student repository: the public tests, one row each (no hidden suite here)."""
+    from autograder.public import public_table, run_public
+    try:
+        manifests = list(all_manifests().values()) if args.assignment == "all" else [get_manifest(args.assignment)]
+        results = []
+        for m in manifests:
+            folder = submission_folder(m, args.submission, args.assignment == "all")
+            if not folder.is_dir():
+                raise KeyError(f"submission folder {folder} does not exist")
+            print(f"{m.assignment}: running the public tests on {folder} ...", file=sys.stderr)
+            results.append(run_public(m, folder))
+            print(public_table(m, results[-1]))
+    except (KeyError, FileNotFoundError) as exc:
+        print(f"error: {str(exc).strip(chr(39))}", file=sys.stderr)
+        return EXIT_HARNESS
+    return EXIT_OK if all(r.outcome in ("passed", "not_run") for rs in results for r in rs) else EXIT_FAILED
+
+
+def cmd_student_release(args) -> int:
+    from autograder import student
+    try:
+        plan = student.make_plan(args.through, args.solutions)
+        out = Path(args.student)
+        student.build(out, plan)
+    except ReleaseError as exc:
+        print(f"release error: {exc}", file=sys.stderr)
+        return EXIT_HARNESS
+    print(student.summary(out, plan))
+    leaks = student.find_leaks(out, plan)
+    if leaks:
+        print(f"release error: {len(leaks)} line(s) of unreleased solutions found in {out}:\n  "
+              + "\n  ".join(leaks[:20]), file=sys.stderr)
+        return EXIT_FAILED
+    print(f"leak check: no line of an unreleased solution in {out}")
+    return EXIT_OK
+
+
+def cmd_submit(args) -> int:
+    from autograder.public import SubmitRefused, submit
+    try:
+        m = get_manifest(args.assignment)
+        folder = submission_folder(m, args.submission, False)
+        out, warnings = submit(m, folder, Path(args.output or f"{m.assignment}_submission.zip"))
+    except (KeyError, SubmitRefused) as exc:
+        print(f"submit refused: {str(exc).strip(chr(39))}", file=sys.stderr)
+        return EXIT_HARNESS
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    print(f"wrote {out} ({out.stat().st_size / 1024:.1f} KiB): upload this file")
+    return EXIT_OK
+
+
+def cmd_gradescope(args) -> int:
+    from autograder.gradescope import build_package
+    try:
+        out = build_package(get_manifest(args.assignment), Path(args.output), seed=args.seed)
+    except (KeyError, ReleaseError) as exc:
+        print(f"error: {str(exc).strip(chr(39))}", file=sys.stderr)
+        return EXIT_HARNESS
+    print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB): upload it as the Gradescope autograder")
+    return EXIT_OK
+
+
 def cmd_selftest(args) -> int:
     from autograder.selftest import run_selftest
 
@@ -116,6 +188,22 @@ def cmd_selftest(args) -> int:
             ok &= case.ok
             print(f"{'PASS' if case.ok else 'FAIL'}  {case.case}" + (f"\n      {case.detail}" if case.detail else ""))
     return EXIT_OK if ok else EXIT_FAILED
+
+
+def cmd_regrade(args) -> int:
+    """(instructors) Grade every submission of a class; layouts and resuming: autograder/regrade.py."""
+    from autograder.regrade import regrade
+
+    start = time.monotonic()
+    try:
+        payloads = regrade(get_manifest(args.assignment), Path(args.submissions), Path(args.out), _device(args.device),
+                           cpu_results=Path(args.cpu_results) if args.cpu_results else None, force=args.force,
+                           progress=lambda s: print(s, file=sys.stderr))
+    except (KeyError, UnusableSubmission) as exc:
+        print(f"error: {str(exc).strip(chr(39) + chr(34))}", file=sys.stderr)
+        return EXIT_HARNESS
+    print(f"{len(payloads)} submissions in {time.monotonic() - start:.1f} s; wrote {Path(args.out) / 'scores.csv'}")
+    return EXIT_FAILED if any(p["extra_data"]["harness_error"] for p in payloads) else EXIT_OK
 
 
 def cmd_list(args) -> int:
@@ -137,15 +225,37 @@ def build_parser() -> argparse.ArgumentParser:
                                         "with 'all', the folder that holds the aN_topic folders)")
     g.add_argument("--json", default="results.json", help="where to write results (default: ./results.json)")
     g.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    g.set_defaults(func=cmd_grade)
+    g.set_defaults(func=cmd_grade if hidden_suites_present() else cmd_public_grade)
     r = sub.add_parser("release", help="(instructors) regenerate stubs and solutions from lib/ and kernels/")
     r.add_argument("--check", action="store_true", help="write nothing; fail with a diff if anything is stale")
+    r.add_argument("--student", metavar="OUT", help="instead: write the student repository into the new folder OUT")
+    r.add_argument("--through", default=None, help="with --student: the last released assignment (e.g. a3)")
+    r.add_argument("--solutions", default=None, help="with --student: assignments whose solutions ship, "
+                                                     "e.g. a0,a1,a2 ('' for none; default: all before --through)")
     r.set_defaults(func=cmd_release)
     s = sub.add_parser("selftest", help="(instructors) solutions full marks, stubs zero, planted breakages caught")
     s.add_argument("assignment", nargs="?", default="all")
     s.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     s.set_defaults(func=cmd_selftest)
+    rg = sub.add_parser("regrade", help="(instructors) grade a class's submissions: results.json each, scores.csv")
+    rg.add_argument("assignment", help="a0, a1, ...")
+    rg.add_argument("--submissions", required=True, help="one folder per student, or Gradescope's export")
+    rg.add_argument("--out", required=True, help="folder for <submission>/results.json and scores.csv")
+    rg.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    rg.add_argument("--cpu-results", help="an earlier run's OUT: grade only the GPU groups, take the rest from it")
+    rg.add_argument("--force", action="store_true", help="regrade submissions already graded in OUT")
+    rg.set_defaults(func=cmd_regrade)
     sub.add_parser("list", help="assignments, tasks and points").set_defaults(func=cmd_list)
+    u = sub.add_parser("submit", help="write the zip to upload: your files and written answers")
+    u.add_argument("assignment")
+    u.add_argument("--submission", help="folder with your files (default: assignments/aN_topic/)")
+    u.add_argument("-o", "--output", help="zip to write (default: ./aN_submission.zip)")
+    u.set_defaults(func=cmd_submit)
+    z = sub.add_parser("gradescope", help="(instructors) build the Gradescope autograder zip of one assignment")
+    z.add_argument("assignment")
+    z.add_argument("-o", "--output", required=True, help="zip to write, e.g. a2_autograder.zip")
+    z.add_argument("--seed", type=int, default=None, help="grading seed baked into the package (default: random)")
+    z.set_defaults(func=cmd_gradescope)
     return parser
 
 

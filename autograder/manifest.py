@@ -7,6 +7,7 @@ discovered here, so adding an assignment touches no shared file.
 from __future__ import annotations
 
 import importlib
+import json
 import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +63,7 @@ class Manifest:
     groups: tuple[Group, ...]
     forbidden: dict[str, tuple[str, ...]] = field(default_factory=dict)
     planted: tuple[Planted, ...] = ()
+    stub_markers: dict[str, tuple[str, ...]] = field(default_factory=dict)  # student repo only (submit)
 
     def __post_init__(self):
         names = [c.name for g in self.groups for c in g.checks]
@@ -101,8 +103,39 @@ class Manifest:
         return REPO / "solutions" / self.folder
 
 
+PUBLIC_MANIFEST = Path(__file__).resolve().parent / "public_manifest.json"
+
+
+def hidden_suites_present() -> bool:
+    """True in the instructor repository and the grading package; False in a student repository,
+    which carries only `public_manifest.json` (tasks, check names and points, no checks)."""
+    return (Path(__file__).resolve().parent / "suites" / "__init__.py").is_file()
+
+
+def public_record(m: Manifest, stub_markers: dict[str, list[str]]) -> dict:
+    """What a student repository may know of an assignment: its files, tasks, check names and
+    points, forbidden names, and the stub lines `submit` looks for. No group code, no plants."""
+    return {"assignment": m.assignment, "folder": m.folder, "title": m.title, "files": m.files,
+            "tasks": [vars(t) for t in m.tasks], "forbidden": m.forbidden, "stub_markers": stub_markers,
+            "checks": [dict(vars(c), needs_gpu=g.needs_gpu) for g in m.groups for c in g.checks]}
+
+
+def _from_public(r: dict) -> Manifest:
+    by_gpu = {flag: tuple(Check(c["task"], c["name"], c["points"], c["visibility"])
+                          for c in r["checks"] if c["needs_gpu"] == flag) for flag in (False, True)}
+    groups = tuple(Group("hidden-gpu" if flag else "hidden", "", checks, needs_gpu=flag)
+                   for flag, checks in by_gpu.items() if checks)
+    tasks = tuple(Task(t["id"], t["title"], t["file"], tuple(t["functions"])) for t in r["tasks"])
+    return Manifest(r["assignment"], r["folder"], r["title"], r["files"], tasks, groups,
+                    forbidden={k: tuple(v) for k, v in r["forbidden"].items()},
+                    stub_markers={k: tuple(v) for k, v in r["stub_markers"].items()})
+
+
 def all_manifests() -> dict[str, Manifest]:
-    """{"a0": Manifest, ...} from every autograder/suites/aN_*.py, sorted by assignment."""
+    """{"a0": Manifest, ...} from every autograder/suites/aN_*.py, sorted by assignment; in a
+    student repository, from public_manifest.json."""
+    if not hidden_suites_present():
+        return {r["assignment"]: _from_public(r) for r in json.loads(PUBLIC_MANIFEST.read_text())["assignments"]}
     from autograder import suites
 
     found = {}

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from autograder.manifest import REPO, Manifest, all_manifests
 
+ANSWERS_FILE = "written_answers.md"   # in each assignment folder; `submit` includes it
+ANSWER_PROMPT = "Your answer:"
 COMMENT = {".py": "#", ".cu": "//", ".cuh": "//", ".cpp": "//", ".h": "//"}
 _PY_DEF = re.compile(r"^(\s*)(?:async\s+)?def\s+(\w+)")
 _C_DEF = re.compile(r"^\S.*?\b(\w+)\s*\(")
@@ -114,7 +116,32 @@ def outputs(manifest: Manifest) -> dict[Path, str]:
         for folder, stub in ((manifest.stub_dir(), True), (manifest.solution_dir(), False)):
             result[folder / stub_name] = render(text, source=source, comment=comment, stub=stub,
                                                 message=message)
+    handout = manifest.stub_dir() / "README.md"
+    questions = written_questions(handout.read_text()) if handout.is_file() else []
+    if questions:
+        result[manifest.stub_dir() / ANSWERS_FILE] = answers_template(manifest, questions)
     return result
+
+
+def written_questions(handout: str) -> list[str]:
+    """The numbered items of the handout's "## Written questions" section, one string each."""
+    section = re.search(r"^## Written questions\n(.*?)(?=^## |\Z)", handout, re.S | re.M)
+    if not section:
+        return []
+    items = re.split(r"^(?=\d+\. )", section.group(1), flags=re.M)
+    return [" ".join(line.strip() for line in item.splitlines()).split(". ", 1)[1].strip()
+            for item in items if re.match(r"\d+\. ", item)]
+
+
+def answers_template(manifest: Manifest, questions: list[str]) -> str:
+    """The file students write their answers in; `submit` packs it, the staff grade it by hand."""
+    out = [f"# {manifest.assignment} · Written answers\n\n",
+           f"Write each answer under its question (numbers from your code, the notebook or the benchmark).\n"
+           f"`python -m autograder submit {manifest.assignment}` puts this file into your submission; the course\n"
+           f"staff grade it by hand. Generated from the handout's \"Written questions\".\n"]
+    for i, q in enumerate(questions, 1):
+        out.append(f"\n## Question {i}\n\n> {q}\n\n{ANSWER_PROMPT}\n\n")
+    return "".join(out)
 
 
 def release(check: bool = False, manifests: dict[str, Manifest] | None = None) -> list[str]:

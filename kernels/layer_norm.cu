@@ -33,9 +33,12 @@ __device__ __forceinline__ void load_affine(const T* p, int64_t col, int64_t col
 
 // (mean, rstd) from the shifted sums s = (sum d, sum d^2), d = x - shift.
 __device__ __forceinline__ F2 moments(F2 s, float shift, int64_t cols, float eps) {
+  // BEGIN SOLUTION
   const float mean_d = s.a / cols;
   const float var = fmaxf(s.b / cols - mean_d * mean_d, 0.f);
   return {shift + mean_d, rsqrtf(var + eps)};
+  // STUB: #error "a1 task 1.8: implement moments(): the mean and rstd of a row from its shifted sums."
+  // END SOLUTION
 }
 
 // Row layout as in softmax.cu.  Sums of d = x - x[0] and d^2 in one F2, one row_reduce
@@ -125,9 +128,12 @@ layer_norm_fwd_looped(const T* __restrict__ x, const T* __restrict__ w, const T*
 
 // dx_i from x_i, g_i = w_i dy_i, the row's (sum g, sum g x) and its saved mean / rstd.
 __device__ __forceinline__ float layer_norm_dx(float xi, float gi, F2 sums, float mu, float r, int64_t cols) {
+  // BEGIN SOLUTION
   const float alpha = ((xi - mu) * mu * r * r - 1.f) * r / cols;
   const float beta = (mu - xi) * r * r * r / cols;
   return r * gi + alpha * sums.a + beta * sums.b;
+  // STUB: #error "a1 task 1.9: implement layer_norm_dx(): the single-pass dx of the handout's step 3."
+  // END SOLUTION
 }
 
 // x and g = w * dy in registers; (sum g, sum g x) in one F2 row_reduce; layer_norm_dx per element.

@@ -52,9 +52,9 @@ MANIFEST = Manifest(
              functions=("layer_norm_bwd_dwdb_kernel",)),
         Task("1.6", "CUDA softmax forward", file=SMC, functions=("softmax_fwd_rows", "softmax_fwd_looped")),
         Task("1.7", "CUDA softmax backward", file=SMC, functions=("softmax_bwd_rows", "softmax_bwd_looped")),
-        Task("1.8", "CUDA LayerNorm forward", file=LNC, functions=("layer_norm_fwd_rows", "layer_norm_fwd_looped")),
+        Task("1.8", "CUDA LayerNorm forward", file=LNC, functions=("moments", "layer_norm_fwd_rows", "layer_norm_fwd_looped")),
         Task("1.9", "CUDA LayerNorm backward for x", file=LNC,
-             functions=("layer_norm_bwd_rows", "layer_norm_bwd_looped")),
+             functions=("layer_norm_dx", "layer_norm_bwd_rows", "layer_norm_bwd_looped")),
     ),
     forbidden={SM: _FORBIDDEN_PY, LN: _FORBIDDEN_PY, SMC: _FORBIDDEN_CU, LNC: _FORBIDDEN_CU},
     groups=(

@@ -1,0 +1,75 @@
+"""The Gradescope package: unpacked in a folder laid out like Gradescope's (source/, submission/,
+results/), its run_autograder grades the solution full marks and the stub zero, and results.json
+has Gradescope's schema (issue: ship the course)."""
+
+import json
+import os
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from autograder.gradescope import build_package
+from autograder.manifest import REPO, get_manifest
+
+pytestmark = pytest.mark.slow
+SEED = 424242
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gs") / "a0_autograder.zip"
+    return build_package(get_manifest("a0"), out, seed=SEED)
+
+
+def _grade(package: Path, root: Path, files: list[Path]) -> dict:
+    """Lay out root/ like Gradescope's /autograder and run the package's run_autograder there."""
+    with zipfile.ZipFile(package) as z:
+        z.extractall(root / "source")
+    (root / "submission").mkdir()
+    for f in files:
+        shutil.copy(f, root / "submission" / f.name)
+    source = root / "source"
+    env = dict(os.environ, AUTOGRADER_ROOT=str(root), AUTOGRADER_PYTHON=str(Path(os.sys.executable)),
+               PYTHONPATH=f"{source / 'lib'}{os.pathsep}{source}")
+    env.pop("AUTOGRADER_SEED", None)
+    r = subprocess.run(["bash", str(source / "run_autograder")], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return json.loads((root / "results" / "results.json").read_text())
+
+
+def _assert_gradescope_schema(payload: dict) -> None:
+    """Gradescope's results.json: numbers where numbers go, tests with the documented fields."""
+    assert isinstance(payload["score"], (int, float)) and isinstance(payload["execution_time"], (int, float))
+    assert isinstance(payload["output"], str) and isinstance(payload["tests"], list) and payload["tests"]
+    for t in payload["tests"]:
+        assert isinstance(t["name"], str) and isinstance(t["output"], str)
+        assert isinstance(t["score"], (int, float)) and isinstance(t["max_score"], (int, float))
+        assert 0 <= t["score"] <= t["max_score"]
+        assert t["status"] in ("passed", "failed")
+        assert t["visibility"] in ("visible", "hidden", "after_due_date", "after_published")
+    assert abs(payload["score"] - sum(t["score"] for t in payload["tests"])) < 1e-6
+
+
+def test_package_holds_one_suite_and_no_solutions(package):
+    names = zipfile.ZipFile(package).namelist()
+    assert {"setup.sh", "run_autograder", "pyproject.toml", "written_questions.md"} <= set(names)
+    assert [n for n in names if n.startswith("autograder/suites/")] == [
+        "autograder/suites/__init__.py", "autograder/suites/a0_memory.py"]
+    assert not [n for n in names if n.startswith(("solutions/", "assignments/")) or n.endswith("ANSWERS.md")]
+    assert "autograder/selftest.py" not in names
+    run = zipfile.ZipFile(package).read("run_autograder").decode()
+    assert f"AUTOGRADER_SEED:-{SEED}" in run and "--device cpu" in run
+
+
+def test_solution_full_marks_stub_zero(package, tmp_path):
+    solved = _grade(package, tmp_path / "solution", [REPO / "solutions/a0_memory/memory.py"])
+    _assert_gradescope_schema(solved)
+    assert solved["score"] == solved["max_score"] == 100
+    assert solved["extra_data"]["seed"] == SEED
+    stub = _grade(package, tmp_path / "stub", [REPO / "assignments/a0_memory/memory.py"])
+    _assert_gradescope_schema(stub)
+    assert stub["score"] == 0
+    assert {t["extra_data"]["outcome"] for t in stub["tests"]} == {"failed"}
