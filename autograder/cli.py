@@ -31,7 +31,8 @@ something the assignment forbids). The score table names the task and the reason
 results.json is the file to upload.
 
 Exit codes: 0 all passed, 1 something failed, 2 the grader could not run (unknown assignment,
-missing folder or file), 3 all gradable checks passed but GPU checks were not run."""
+missing folder or file, --device cuda without a GPU), 3 all gradable checks passed but GPU checks
+were not run."""
 
 
 def _device(choice: str) -> str:
@@ -69,29 +70,50 @@ def submission_folder(m, submission: str | None, every: bool) -> Path:
 
 
 def cmd_grade(args) -> int:
+    from autograder import sandbox
+    from autograder.context import clip
+    from autograder.grade import ignored_files
+
     start, results, harness_error, code = time.monotonic(), [], "", EXIT_HARNESS
-    device = "unknown"
+    device, notes, broken = "unknown", [], []
     try:
         device = _device(args.device)
         manifests = list(all_manifests().values()) if args.assignment == "all" else [get_manifest(args.assignment)]
         if args.submission is not None and not Path(args.submission).is_dir():
             raise UnusableSubmission(f"submission folder {args.submission} does not exist")
+        print(f"sandbox: {sandbox.describe()}", file=sys.stderr)
         for m in manifests:
-            results += grade_assignment(m, submission_folder(m, args.submission, args.assignment == "all"), device,
-                                        progress=lambda s: print(s, file=sys.stderr))
+            folder = submission_folder(m, args.submission, args.assignment == "all")
+            try:
+                results += grade_assignment(m, folder, device, progress=lambda s: print(s, file=sys.stderr))
+                ignored = ignored_files(m, folder)
+                if ignored:
+                    notes.append(f"{m.assignment}: not graded (not a file of the assignment): {', '.join(ignored)}")
+            except UnusableSubmission:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a broken harness costs this assignment only
+                traceback.print_exc()
+                broken.append(clip(f"{m.assignment}: {type(exc).__name__}: {exc}"))
+                results += [Result(m.assignment, c, "error", f"the grader failed on this assignment: {broken[-1]}")
+                            for c in m.checks]
         print(table(results))
         print(summarize(results))
-        code = _exit_code(results)
+        harness_error = clip("; ".join(broken))
+        code = EXIT_HARNESS if broken else _exit_code(results)
+        if broken:
+            print("error: the grader itself failed; please report this to the course staff", file=sys.stderr)
     except (KeyError, UnusableSubmission) as exc:
         harness_error = str(exc).strip("'\"")
         print(f"error: {harness_error}", file=sys.stderr)
     except Exception as exc:  # noqa: BLE001 - report, never hide, a broken harness
-        harness_error = f"{type(exc).__name__}: {exc}"
+        harness_error = clip(f"{type(exc).__name__}: {exc}")
         traceback.print_exc()
         print("error: the grader itself failed; please report this to the course staff", file=sys.stderr)
     finally:
-        write_json(Path(args.json), to_gradescope(results, device=device, elapsed=time.monotonic() - start,
-                                                  harness_error=harness_error))
+        payload = to_gradescope(results, device=device, elapsed=time.monotonic() - start, harness_error=harness_error)
+        payload["output"] = "\n".join([payload["output"], *notes])
+        payload["extra_data"]["sandbox"] = sandbox.describe()
+        write_json(Path(args.json), payload)
         print(f"wrote {args.json}", file=sys.stderr)
     return code
 
@@ -181,10 +203,15 @@ def cmd_gradescope(args) -> int:
 def cmd_selftest(args) -> int:
     from autograder.selftest import run_selftest
 
+    try:
+        device = _device(args.device)
+    except UnusableSubmission as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_HARNESS
     names = list(all_manifests()) if args.assignment == "all" else [args.assignment]
     ok = True
     for name in names:
-        for case in run_selftest(name, device=_device(args.device), progress=lambda s: print(s, file=sys.stderr)):
+        for case in run_selftest(name, device=device, progress=lambda s: print(s, file=sys.stderr)):
             ok &= case.ok
             print(f"{'PASS' if case.ok else 'FAIL'}  {case.case}" + (f"\n      {case.detail}" if case.detail else ""))
     return EXIT_OK if ok else EXIT_FAILED
@@ -239,10 +266,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_selftest)
     rg = sub.add_parser("regrade", help="(instructors) grade a class's submissions: results.json each, scores.csv")
     rg.add_argument("assignment", help="a0, a1, ...")
-    rg.add_argument("--submissions", required=True, help="one folder per student, or Gradescope's export")
-    rg.add_argument("--out", required=True, help="folder for <submission>/results.json and scores.csv")
+    rg.add_argument("--submissions", required=True, metavar="DIR",
+                    help="one folder per student, or Gradescope's export")
+    rg.add_argument("--out", required=True, metavar="OUT", help="folder for <submission>/results.json and scores.csv")
     rg.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    rg.add_argument("--cpu-results", help="an earlier run's OUT: grade only the GPU groups, take the rest from it")
+    rg.add_argument("--cpu-results", metavar="DIR2",
+                    help="an earlier run's OUT: grade only the GPU groups, take the rest from it")
     rg.add_argument("--force", action="store_true", help="regrade submissions already graded in OUT")
     rg.set_defaults(func=cmd_regrade)
     sub.add_parser("list", help="assignments, tasks and points").set_defaults(func=cmd_list)
