@@ -20,7 +20,8 @@ if TYPE_CHECKING:  # torch is imported lazily: arithmetic-only groups should not
     import torch
 
 SUBMISSION_ENV = "AUTOGRADER_SUBMISSION"
-SEED = int(os.environ.get("AUTOGRADER_SEED", "20261122"))
+SEED_ENV = "AUTOGRADER_SEED"   # set by the Gradescope package; never passed to the untrusted worker
+SEED = int(os.environ.get(SEED_ENV, "20261122"))
 
 
 class Flagged(Exception):

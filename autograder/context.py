@@ -16,6 +16,18 @@ from typing import Iterator
 
 from autograder.checks import Flagged, student_module
 
+# Reasons are read by people, in a table and in results.json: a 50 MB exception message must not
+# become a 50 MB report line, nor a results.json that Gradescope refuses.
+MAX_REASON = 2000
+
+
+def clip(text: str, limit: int = MAX_REASON) -> str:
+    """`text` cut to at most `limit` characters, saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    note = f" [... {len(text) - limit} more characters cut]"
+    return text[:limit - len(note)] + note
+
 
 class _Skip(Exception):
     pass
@@ -56,15 +68,42 @@ def classify(exc: BaseException, submission: Path) -> tuple[str, str]:
 
 
 class GroupContext:
-    def __init__(self, group: str, checks: list[str], submission: Path, device: str, report: Path):
+    def __init__(self, group: str, checks: list[str], submission: Path, device: str, report: Path, *,
+                 trusted: bool = False, timeout_s: float = 60.0):
         self.group, self.device, self.submission = group, device, submission
+        self.trusted, self.timeout_s, self._worker = trusted, timeout_s, None
         self._report = report
         self._outcomes: dict[str, str] = {}
         self._names = set(checks)
+        self._last_verdict = time.monotonic()  # the group's start, then each record's time
 
     def student(self, stem: str):
-        """The submission's module `stem` (e.g. "ring" for ring.py)."""
+        """The submission's module `stem` (e.g. "ring" for ring.py), imported here: only in groups
+        that are not `trusted` (a trusted group reaches it through `remote`)."""
+        if self.trusted:
+            raise RuntimeError(f"suite bug: trusted group {self.group!r} may not import {stem!r}; use ctx.remote")
         return student_module(stem, self.submission)
+
+    def untrusted(self):
+        """The sandboxed worker that runs the student's code for this trusted group (started on
+        first use, killed by `close`)."""
+        from autograder.untrusted import Untrusted
+
+        if not self.trusted:
+            raise RuntimeError(f"suite bug: group {self.group!r} is not marked trusted=True")
+        if self._worker is None:
+            self._worker = Untrusted(self.submission, timeout_s=self.timeout_s, device=self.device)
+        return self._worker
+
+    def remote(self, stem: str, probe: str = "autograder.probes.common:call"):
+        """The student's module `stem` as data in, data out: `ctx.remote("memory").mfu(**kw)`."""
+        from autograder.untrusted import RemoteModule
+
+        return RemoteModule(self.untrusted(), stem, probe)
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
 
     def recorded(self, name: str) -> bool:
         return name in self._outcomes
@@ -76,26 +115,33 @@ class GroupContext:
         """End the current check as `failed` with `reason` (e.g. "graded after correctness passes")."""
         raise _Skip(reason)
 
+    def check(self, name: str) -> contextlib.AbstractContextManager[None]:
+        """The outcome of the block (see classify); its duration is the block's."""
+        return self._verdict(name, since=time.monotonic())
+
     @contextlib.contextmanager
-    def check(self, name: str) -> Iterator[None]:
+    def _verdict(self, name: str, since: float) -> Iterator[None]:
         if name not in self._names:
             raise KeyError(f"suite bug: check {name!r} is not declared in group {self.group!r}")
-        start = time.monotonic()
         outcome, reason = "passed", ""
         try:
             yield
         except Exception as exc:  # noqa: BLE001 - a student's failure is an outcome, not a crash
             outcome, reason = classify(exc, self.submission)
-        self.record(name, outcome, reason, time.monotonic() - start)
+        self.record(name, outcome, reason, time.monotonic() - since)
 
     def report_ranks(self, names, per_rank, failure: BaseException | None = None) -> None:
         """Give each check in `names` the outcome the ranks found. `per_rank`: one dict per rank,
         check name -> None (passed) or (exception type name, message). `failure`: what ended the
         spawn itself, if anything, which becomes every check's outcome. Otherwise a timeout on any
         rank is the cause (its peers only saw a broken ring); else the lowest rank's failure. The
-        reason names the rank."""
+        reason names the rank.
+
+        Duration: the checks were decided together by the spawn that ran since the group's
+        previous verdict (or its start), so each of them gets that whole time, not a share."""
+        since = self._last_verdict
         for name in names:
-            with self.check(name):
+            with self._verdict(name, since):
                 if failure is not None:
                     raise failure
                 problems = [(rank, outcomes[name]) for rank, outcomes in enumerate(per_rank)
@@ -106,8 +152,9 @@ class GroupContext:
 
     def record(self, name: str, outcome: str, reason: str, duration: float = 0.0) -> None:
         self._outcomes[name] = outcome
+        self._last_verdict = time.monotonic()
         with open(self._report, "a") as f:
-            f.write(json.dumps({"name": name, "outcome": outcome, "reason": reason,
+            f.write(json.dumps({"name": name, "outcome": outcome, "reason": clip(reason),
                                 "duration": round(duration, 3)}) + "\n")
             f.flush()
 

@@ -1,13 +1,19 @@
-"""Grade one assignment's submission: static check first, then each group in its own subprocess."""
+"""Grade one assignment's submission: static check first, then each group in its own subprocess,
+on a fresh copy of the manifest's files only (nothing else the student put in the folder, such as
+a helper module or a package that shadows `scaletrain`, can be imported while grading)."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
 from autograder.manifest import Manifest
 from autograder.runner import Result, run_group
+from autograder.untrusted import BUILD_ENV
 from autograder.static_check import check_source
 
 
@@ -38,6 +44,27 @@ def static_outcomes(manifest: Manifest, submission: Path) -> dict[str, tuple[str
     return decided
 
 
+def ignored_files(manifest: Manifest, submission: Path) -> list[str]:
+    """What the submission folder holds besides the manifest's files ("helper.py", "scaletrain/"):
+    none of it is graded. Python's own __pycache__ is not listed."""
+    return sorted(f"{p.name}/" if p.is_dir() else p.name for p in submission.iterdir()
+                  if p.name not in manifest.files and p.name != "__pycache__")
+
+
+def _fresh_copy(manifest: Manifest, submission: Path, folder: Path) -> Path:
+    """`folder`/<assignment folder> holding a copy of each of the manifest's files that exists,
+    readable by the sandbox user and not writable by it."""
+    fresh = folder / manifest.folder
+    fresh.mkdir()
+    for name in manifest.files:
+        if (submission / name).is_file():
+            shutil.copyfile(submission / name, fresh / name)
+            (fresh / name).chmod(0o644)
+    for path in (folder, fresh):
+        path.chmod(0o755)
+    return fresh
+
+
 def grade_assignment(manifest: Manifest, submission: Path, device: str, *,
                      groups: tuple[str, ...] = (), timeout_s: float | None = None,
                      progress: Callable[[str], None] = lambda s: None) -> list[Result]:
@@ -46,7 +73,29 @@ def grade_assignment(manifest: Manifest, submission: Path, device: str, *,
     if not submission.is_dir():
         raise UnusableSubmission(f"{manifest.assignment}: submission folder {submission} does not exist")
     submission = submission.resolve()
+    ignored = ignored_files(manifest, submission)
+    if ignored:
+        progress(f"{manifest.assignment}: not graded (not a file of the assignment): {', '.join(ignored)}")
     decided = static_outcomes(manifest, submission)
+    with tempfile.TemporaryDirectory(prefix=f"submission-{manifest.assignment}-") as tmp:
+        fresh = _fresh_copy(manifest, submission, Path(tmp).resolve())
+        build = _grading_build(manifest, Path(tmp).resolve() / "build")
+        return _run_groups(manifest, fresh, device, decided, groups, timeout_s, progress, build)
+
+
+def _grading_build(manifest: Manifest, out: Path) -> Path | None:
+    """The library the untrusted worker of a trusted group imports: $AUTOGRADER_BUILD when set (the
+    Gradescope package ships one, made where all manifests are known), else made here."""
+    if not any(g.trusted for g in manifest.groups):
+        return None
+    if os.environ.get(BUILD_ENV):
+        return Path(os.environ[BUILD_ENV])
+    from autograder.student import grading_build  # instructor-side tooling, not in the student repo
+
+    return grading_build(manifest.assignment, out)
+
+
+def _run_groups(manifest, submission, device, decided, groups, timeout_s, progress, build) -> list[Result]:
     results: list[Result] = []
     for group in manifest.groups:
         if groups and group.name not in groups:
@@ -58,7 +107,7 @@ def grade_assignment(manifest: Manifest, submission: Path, device: str, *,
                      f"({len(group.checks)} checks, limit {group.timeout_s:.0f} s)")
             if timeout_s is not None and timeout_s < group.timeout_s:
                 group = replace(group, timeout_s=timeout_s)
-            ran = run_group(manifest, group, submission, device)
+            ran = run_group(manifest, group, submission, device, build=build)
         by_name = {r.check.name: r for r in ran}
         for c in group.checks:
             if c.name in decided:

@@ -12,12 +12,13 @@ the same script in a temporary folder.
 from __future__ import annotations
 
 import random
+import tempfile
 import zipfile
 from pathlib import Path
 
 from autograder.manifest import REPO, Manifest
 from autograder.release import ANSWERS_FILE, written_questions
-from autograder.student import INSTRUCTOR_ONLY, repo_files
+from autograder.student import INSTRUCTOR_ONLY, grading_build, repo_files
 
 SETUP_SH = """\
 #!/usr/bin/env bash
@@ -28,6 +29,11 @@ python3 -m venv /autograder/venv
 # torch is pinned (pyproject.toml). Set TORCH_INDEX_URL to PyTorch's CPU wheel index to install
 # the CPU build instead of the multi-GB CUDA one: Gradescope's machines have no GPU.
 /autograder/venv/bin/pip install --quiet ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} /autograder/source
+# The student's code runs as `nobody` (root's files unreadable to it) and imports only build/, the
+# library whose graded regions run the submission; the reference in lib/ and the suite stay root's.
+chmod -R go-rwx /autograder/source
+chmod o+x /autograder /autograder/source
+chmod -R a+rX /autograder/source/build /autograder/venv
 """
 
 RUN_AUTOGRADER = """\
@@ -38,15 +44,15 @@ ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
 PY="${{AUTOGRADER_PYTHON:-$ROOT/venv/bin/python}}"
 cd "$ROOT/source" || exit 0
 mkdir -p "$ROOT/results"
-AUTOGRADER_SEED="${{AUTOGRADER_SEED:-{seed}}}" "$PY" -m autograder grade {assignment} \\
+AUTOGRADER_SEED="${{AUTOGRADER_SEED:-{seed}}}" AUTOGRADER_BUILD="$ROOT/source/build" "$PY" -m autograder grade {assignment} \\
     --submission "$ROOT/submission" --json "$ROOT/results/results.json" --device cpu
 exit 0
 """
 
 
-def package_files(m: Manifest, seed: int) -> dict[str, str | Path]:
+def package_files(m: Manifest, seed: int) -> dict[str, str | bytes | Path]:
     """Path in the zip -> text or file to copy."""
-    files: dict[str, str | Path] = {"setup.sh": SETUP_SH,
+    files: dict[str, str | bytes | Path] = {"setup.sh": SETUP_SH,
                                     "run_autograder": RUN_AUTOGRADER.format(seed=seed, assignment=m.assignment),
                                     "pyproject.toml": REPO / "pyproject.toml"}
     for top in ("lib", "kernels"):
@@ -58,6 +64,10 @@ def package_files(m: Manifest, seed: int) -> dict[str, str | Path]:
     suite = REPO / "autograder" / "suites" / f"{m.folder}.py"
     files["autograder/suites/__init__.py"] = REPO / "autograder" / "suites" / "__init__.py"
     files[f"autograder/suites/{suite.name}"] = suite
+    with tempfile.TemporaryDirectory() as tmp:  # the worker's library, made here where every manifest is known
+        build = grading_build(m.assignment, Path(tmp) / "build")
+        for path in repo_files(build):
+            files[f"build/{path.relative_to(build).as_posix()}"] = path.read_bytes()
     handout = m.stub_dir() / "README.md"
     questions = written_questions(handout.read_text()) if handout.is_file() else []
     files["written_questions.md"] = (
@@ -74,6 +84,8 @@ def build_package(m: Manifest, out: Path, *, seed: int | None = None) -> Path:
         for name, content in package_files(m, seed).items():
             if isinstance(content, Path):
                 z.write(content, arcname=name)
+            elif isinstance(content, bytes):
+                z.writestr(name, content)
             else:
                 info = zipfile.ZipInfo(name)
                 info.external_attr = (0o755 if name in ("setup.sh", "run_autograder") else 0o644) << 16

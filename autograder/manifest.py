@@ -40,6 +40,9 @@ class Group:
     checks: tuple[Check, ...]
     timeout_s: float = 60.0
     needs_gpu: bool = False
+    # True: the group function runs in a process that never imports the submission; it reaches the
+    # student's code only through ctx.remote / ctx.untrusted (autograder/untrusted.py)
+    trusted: bool = False
 
 
 @dataclass(frozen=True)

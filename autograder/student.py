@@ -117,6 +117,8 @@ def file_map(plan: Plan) -> dict[str, str | Path]:
     for path in sorted((REPO / "autograder").glob("*.py")):
         if path.name not in INSTRUCTOR_ONLY:
             files[f"autograder/{path.name}"] = path
+    for path in repo_files(REPO / "autograder" / "probes"):  # what the worker runs: public by design
+        files[path.relative_to(REPO).as_posix()] = path
     files[f"autograder/{PUBLIC_MANIFEST.name}"] = json.dumps(
         {"solved": sorted(plan.solved),
          "assignments": [public_record(m, stub_markers(m)) for m in plan.released]}, indent=1) + "\n"
@@ -151,6 +153,24 @@ def build(out: Path, plan: Plan) -> dict[str, str | Path]:
     if out.exists() and any(out.iterdir()):
         raise ReleaseError(f"{out} exists and is not empty; give a new folder")
     files = file_map(plan)
+    _write(out, files)
+    return files
+
+
+def grading_build(assignment: str, out: Path) -> Path:
+    """What the worker grading `assignment` imports (autograder/untrusted.py): the student
+    repository's library, kernels and public autograder for that release, so the graded regions
+    run the submission and nothing of their reference exists there. World-readable: the worker
+    may run as another account."""
+    files = {rel: content for rel, content in file_map(make_plan(assignment)).items()
+             if rel.startswith(("lib/", "kernels/", "autograder/"))}
+    _write(out, files)
+    for path in [out, *out.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return out
+
+
+def _write(out: Path, files: dict[str, str | Path]) -> None:
     for rel, content in files.items():
         target = out / rel
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -158,7 +178,6 @@ def build(out: Path, plan: Plan) -> dict[str, str | Path]:
             shutil.copy2(content, target)
         else:
             target.write_text(content)
-    return files
 
 
 def summary(out: Path, plan: Plan) -> str:

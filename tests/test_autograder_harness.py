@@ -1,15 +1,23 @@
 """The grading harness on a toy assignment: every outcome, every bad input, no hang, no orphan."""
 
 import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
+from autograder import sandbox
 from autograder.cli import _exit_code
-from autograder.grade import UnusableSubmission, grade_assignment
+from autograder.grade import UnusableSubmission, grade_assignment, ignored_files
 from autograder.manifest import Check, Group, Manifest, Task
 from autograder.results import to_gradescope
 
@@ -42,6 +50,28 @@ def group_guarded(ctx):
 def group_gpu(ctx):
     with ctx.check("fast on gpu"):
         raise AssertionError("must never run on CPU")
+
+def group_sandboxed(ctx):
+    import tempfile
+    with ctx.check("runs in its own folder, as the sandbox user"):
+        here = os.getcwd()
+        assert os.environ["HOME"] == here and tempfile.gettempdir() == here, (here, os.environ["HOME"])
+        if os.environ.get("TOY_EXPECT_UID"):
+            assert os.geteuid() == int(os.environ["TOY_EXPECT_UID"]), os.geteuid()
+            try:
+                open(__file__, "a").close()
+            except PermissionError:
+                pass
+            else:
+                raise AssertionError("could write the grader's files")
+    with ctx.check("names its folder"):
+        ctx.skip(os.getcwd())  # the test reads the folder from the reason
+
+def group_loud(ctx):
+    with ctx.check("huge message"):
+        raise AssertionError("x" * 50_000_000)
+    print("y" * 10_000_000, flush=True)
+    os._exit(3)
 '''
 
 SOLUTION = '''
@@ -72,11 +102,28 @@ MANIFEST = Manifest(
 )
 
 
+def leftovers(marker: str) -> list[int]:
+    """Processes other than this one whose environment holds `marker` (every process of a toy
+    group inherits it, detached ones included)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if marker.encode() in f.read() and int(pid) != os.getpid():
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
 @pytest.fixture
 def make_submission(tmp_path, monkeypatch):
-    (tmp_path / "toy_suite.py").write_text(SUITE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    # The suite must be readable by the sandbox user, which can't enter pytest's private tmp_path.
+    suite_dir = Path(tempfile.mkdtemp(prefix="toy-suite-"))
+    suite_dir.chmod(0o755)
+    (suite_dir / "toy_suite.py").write_text(SUITE)
+    monkeypatch.syspath_prepend(str(suite_dir))
+    monkeypatch.setenv("PYTHONPATH", str(suite_dir))
     monkeypatch.delenv("AUTOGRADER_SUBMISSION", raising=False)
 
     def make(text=SOLUTION, name="sub"):
@@ -85,11 +132,20 @@ def make_submission(tmp_path, monkeypatch):
         folder.mkdir()
         (folder / "toy.py").write_text(textwrap.dedent(text))
         return folder
-    return make
+    make.marker = f"TOY_RUN=toy-{uuid.uuid4().hex}"
+    monkeypatch.setenv(*make.marker.split("="))
+    yield make
+    for pid in leftovers(make.marker):  # a failed test must not leave its processes running
+        os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(suite_dir)
 
 
 def outcomes(results):
     return {r.check.name: r.outcome for r in results}
+
+
+def reasons(results):
+    return {r.check.name: r.reason for r in results}
 
 
 def test_solution_passes_and_gpu_group_is_not_run(make_submission):
@@ -98,7 +154,7 @@ def test_solution_passes_and_gpu_group_is_not_run(make_submission):
                                  "no forbidden sum at run time": "passed", "fast on gpu": "not_run"}
     assert _exit_code(results) == 3
     payload = to_gradescope(results, device="cpu", elapsed=1.0)
-    assert payload["score"] == 4 and payload["max_score"] == 6 and payload["extra_data"]["incomplete"]
+    assert payload["score"] == 4 and payload["max_score"] == 4 and payload["extra_data"]["incomplete"]  # GPU: pending
     assert {t["extra_data"]["outcome"] for t in payload["tests"]} == {"passed", "not_run"}
     assert all(t["status"] in ("passed", "failed") for t in payload["tests"])
 
@@ -121,8 +177,126 @@ def test_infinite_loop_times_out_and_kills_everything(make_submission):
     results = grade_assignment(short, make_submission(looping), "cpu")
     assert time.monotonic() - start < 30
     assert outcomes(results) == {"adds": "passed", "multiplies": "timeout", "ranks add": "timeout"}
-    leftover = subprocess.run(["pgrep", "-f", str(make_submission.folder)], capture_output=True, text=True)
-    assert leftover.stdout.strip() == ""
+    assert leftovers(make_submission.marker) == []
+
+
+DETACHING = SOLUTION.replace("return a + b", textwrap.dedent('''\
+    import os
+    if os.fork() == 0:  # double fork, new session: no longer in the group's process group
+        os.setsid()
+        if os.fork() == 0:
+            os.execvp("sleep", ["sleep", "300"])
+        os._exit(0)
+    os.wait()
+    return a + b''').replace("\n", "\n    "))
+
+
+def test_a_detached_grandchild_dies_with_its_group_and_only_its_group(make_submission):
+    """Graded beside a clean solution (the selftest grades two at once): the clean-up of one group
+    must not touch the other's processes (its ranks would fail)."""
+    detaching, clean = make_submission(DETACHING, "detaching"), make_submission(SOLUTION, "clean")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        graded = list(pool.map(lambda folder: grade_assignment(MANIFEST, folder, "cpu", groups=("main",)),
+                               (detaching, clean)))
+    assert [set(outcomes(r).values()) for r in graded] == [{"passed"}, {"passed"}], [reasons(r) for r in graded]
+    assert leftovers(make_submission.marker) == []
+
+
+def test_only_the_manifest_files_are_graded(make_submission):
+    folder = make_submission()
+    (folder / "helper.py").write_text("from scaletrain.comm.ring import *\n")
+    (folder / "scaletrain").mkdir()
+    (folder / "scaletrain" / "__init__.py").write_text("raise ImportError('the fake scaletrain was imported')\n")
+    assert ignored_files(MANIFEST, folder) == ["helper.py", "scaletrain/"]
+    with_extras = grade_assignment(MANIFEST, folder, "cpu")
+    shutil.rmtree(folder / "scaletrain")
+    (folder / "helper.py").unlink()
+    alone = grade_assignment(MANIFEST, folder, "cpu")
+    assert outcomes(with_extras) == outcomes(alone) and "fast on gpu" in outcomes(alone)
+    assert set(outcomes(alone).values()) == {"passed", "not_run"}
+
+
+def test_a_helper_module_next_to_the_submission_cannot_be_imported(make_submission):
+    folder = make_submission("import helper\n" + SOLUTION)
+    (folder / "helper.py").write_text("")
+    results = grade_assignment(MANIFEST, folder, "cpu", groups=("main",))
+    assert set(outcomes(results).values()) == {"error"}
+    assert "No module named 'helper'" in results[0].reason and "toy.py:1" in results[0].reason
+
+
+def toy(*groups):
+    return Manifest(**{**MANIFEST.__dict__, "groups": groups})
+
+
+SANDBOXED = toy(Group("sandboxed", "toy_suite:group_sandboxed", timeout_s=60, checks=(
+    Check("1", "runs in its own folder, as the sandbox user", 1), Check("1", "names its folder", 1))))
+
+
+def test_group_runs_in_its_own_folder_which_is_removed(make_submission):
+    results = grade_assignment(SANDBOXED, make_submission(), "cpu")
+    assert outcomes(results)["runs in its own folder, as the sandbox user"] == "passed", results[0].reason
+    folder = Path(reasons(results)["names its folder"])
+    assert folder.name == "work" and folder.parent.name.startswith("grade-a99-") and not folder.parent.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can run a group as another user")
+def test_group_runs_as_the_sandbox_user(make_submission, monkeypatch):
+    account = sandbox.worker_account()
+    if account is None:
+        pytest.skip(f"no sandbox user here: {sandbox.describe()}")
+    monkeypatch.setenv("TOY_EXPECT_UID", str(account.pw_uid))
+    results = grade_assignment(SANDBOXED, make_submission(), "cpu")
+    assert outcomes(results)["runs in its own folder, as the sandbox user"] == "passed", results[0].reason
+
+
+def test_huge_messages_make_a_small_results_json(make_submission):
+    loud = toy(Group("loud", "toy_suite:group_loud", timeout_s=60, checks=(
+        Check("1", "huge message", 1), Check("1", "after the exit", 1))))
+    results = grade_assignment(loud, make_submission(), "cpu")
+    assert outcomes(results) == {"huge message": "failed", "after the exit": "error"}
+    assert "exited with code 3" in reasons(results)["after the exit"]
+    assert all(len(r.reason) <= 2000 for r in results)
+    assert len(json.dumps(to_gradescope(results, device="cpu", elapsed=1.0))) < 20_000
+
+
+def test_bad_report_lines_are_errors_of_their_check_never_a_crash(tmp_path):
+    from autograder.runner import read_report
+    line = lambda name, outcome="passed", reason="", **kw: json.dumps(
+        {"name": name, "outcome": outcome, "reason": reason, "duration": 0.5, **kw})
+    report = tmp_path / "report.jsonl"
+    report.write_text("\n".join([
+        line("fine"), "not json at all", '["a", "list"]', line("no such check"),
+        line("odd outcome", "excellent"), line("huge", reason="x" * 5_000_000), line("twice", "failed"),
+        line("twice"), line("no duration", duration="soon"), line("cut")[:30], "[" * 10_000]) + "\n")
+    names = ["fine", "odd outcome", "huge", "twice", "no duration", "cut", "never reported"]
+    got = read_report(report, names)
+    assert got["fine"] == ("passed", "", 0.5) and "never reported" not in got
+    assert {name: outcome for name, (outcome, _, _) in got.items() if name != "fine"} == dict.fromkeys(
+        ["odd outcome", "huge", "twice", "no duration", "cut"], "error")
+    assert "excellent" in got["odd outcome"][1] and "too long" in got["huge"][1]
+    assert all(len(reason) < 3000 for _, reason, _ in got.values())
+
+
+def test_grade_all_survives_one_broken_assignment(tmp_path, monkeypatch):
+    from argparse import Namespace
+    from autograder import cli
+    from autograder.manifest import REPO
+    from autograder.runner import Result
+
+    def fake(m, folder, device, **kw):
+        if m.assignment == "a2":
+            raise RuntimeError("harness bug " + "x" * 50_000_000)
+        return [Result(m.assignment, c, "passed", "") for c in m.checks]
+    monkeypatch.setattr(cli, "grade_assignment", fake)
+    out = tmp_path / "results.json"
+    code = cli.cmd_grade(Namespace(assignment="all", submission=str(REPO / "solutions"), json=str(out), device="cpu"))
+    payload = json.loads(out.read_text())
+    by_outcome = {}
+    for t in payload["tests"]:
+        by_outcome.setdefault(t["extra_data"]["outcome"], set()).add(t["name"].split()[0])
+    assert code == 2 and by_outcome == {"passed": {"a0", "a1", "a3", "a4", "a5"}, "error": {"a2"}}
+    assert "a2: RuntimeError: harness bug" in payload["extra_data"]["harness_error"]
+    assert out.stat().st_size < 200_000
 
 
 def test_os_exit_and_rank_crash_are_errors(make_submission):
@@ -204,3 +378,16 @@ def test_submission_folder_finds_the_assignment_folder_inside_a_solutions_like_d
         (tmp_path / name).write_text("")
     assert submission_folder(m, str(tmp_path), every=False) == tmp_path
     assert submission_folder(m, str(tmp_path / "elsewhere"), every=False) == tmp_path / "elsewhere"
+
+
+def test_checks_reported_from_ranks_get_the_time_of_their_spawn(tmp_path):
+    from autograder.context import GroupContext
+    report = tmp_path / "report.jsonl"
+    ctx = GroupContext("g", ["first", "second", "third"], tmp_path, "cpu", report)
+    time.sleep(0.3)  # the spawn
+    ctx.report_ranks(["first", "second"], [{"first": None, "second": None}])
+    with ctx.check("third"):
+        time.sleep(0.1)
+    durations = {r["name"]: r["duration"] for r in map(json.loads, report.read_text().splitlines())}
+    assert durations["first"] >= 0.3 and durations["second"] >= 0.3
+    assert 0.1 <= durations["third"] < 0.3  # a check block's own time, not the time since the spawn

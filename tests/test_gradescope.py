@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from autograder import student
 from autograder.gradescope import build_package
 from autograder.manifest import REPO, get_manifest
 
@@ -61,7 +62,15 @@ def test_package_holds_one_suite_and_no_solutions(package):
     assert not [n for n in names if n.startswith(("solutions/", "assignments/")) or n.endswith("ANSWERS.md")]
     assert "autograder/selftest.py" not in names
     run = zipfile.ZipFile(package).read("run_autograder").decode()
-    assert f"AUTOGRADER_SEED:-{SEED}" in run and "--device cpu" in run
+    assert f"AUTOGRADER_SEED:-{SEED}" in run and "--device cpu" in run and "AUTOGRADER_BUILD" in run
+
+
+def test_the_library_student_code_can_import_holds_no_graded_reference(package, tmp_path):
+    """build/ is what the worker imports: a0's graded module there runs the submission."""
+    with zipfile.ZipFile(package) as z:
+        z.extractall(tmp_path, [n for n in z.namelist() if n.startswith("build/")])
+    assert "run_student_file" in (tmp_path / "build/lib/scaletrain/memory.py").read_text()
+    assert student.find_leaks(tmp_path / "build", student.make_plan("a0", "")) == []
 
 
 def test_solution_full_marks_stub_zero(package, tmp_path):

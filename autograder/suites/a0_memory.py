@@ -3,9 +3,14 @@
 Every estimator is compared with the reference `scaletrain.memory` on hidden random
 configurations (seeded trials, relative error ≤ 1e-9: the answers are exact integers), with the
 seed's and the ZeRO paper's worked numbers, and with bytes measured in a real CPU step
-(`scaletrain.memory_measure`). Each task is graded on its own: where a given function calls a
-student helper (zero_memory_per_rank calls bytes_per_param), the reference helper is put in
-its place during that check, so one wrong task costs that task only.
+(`scaletrain.memory_measure`).
+
+Every group is *trusted* (`Group.trusted`): the suite runs in a process that never imports the
+submission; `ctx.remote("memory")` calls the student's functions in the sandboxed worker and
+gets numbers back, and the reference, the expected values and the verdicts stay here. Each task
+is graded on its own: the expected per-rank ZeRO bytes are computed by the reference with the
+*student's* bytes_per_param answers (a wrong task 0.2 costs task 0.2 only), and the ZeRO paper's
+table is checked with the paper's own 16 B/param handed to the student's function.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ MANIFEST = Manifest(
     forbidden={F: ("scaletrain", "torch", "importlib", "__import__", "exec", "eval", "sys", "gc",
                    "inspect", "builtins")},
     groups=(
-        Group("formulas", "autograder.suites.a0_memory:group_formulas", timeout_s=60, checks=(
+        Group("formulas", "autograder.suites.a0_memory:group_formulas", timeout_s=60, trusted=True, checks=(
             Check("0.1", "parameter count equals the reference on hidden configurations", 10),
             Check("0.2", "bytes per parameter for every precision and optimizer", 10),
             Check("0.3", "the seed's GPT-1 activations: 349,175,808 B per sequence", 5),
@@ -44,11 +49,11 @@ MANIFEST = Manifest(
             Check("0.4", "the ZeRO paper's table: 120 / 31.4 / 16.6 / 1.9 GB", 5),
             Check("0.4", "ZeRO per-rank bytes on hidden configurations (uneven shards)", 15),
         )),
-        Group("flops", "autograder.suites.a0_memory:group_flops", timeout_s=15, checks=(
+        Group("flops", "autograder.suites.a0_memory:group_flops", timeout_s=15, trusted=True, checks=(
             Check("0.5", "training FLOPs 6ND and 8ND", 5),
             Check("0.5", "MFU", 5),
         )),
-        Group("measured", "autograder.suites.a0_memory:group_measured", timeout_s=120, checks=(
+        Group("measured", "autograder.suites.a0_memory:group_measured", timeout_s=120, trusted=True, checks=(
             Check("0.1", "parameter count equals the numel of real GPTs", 5),
             Check("0.2", "model-state bytes equal those measured in a real step", 5),
             Check("0.6", "tiny-GPT activations equal the reference on hidden configurations", 10),
@@ -119,20 +124,27 @@ def _random_shape(rng: random.Random, *, tp: bool = False) -> dict:
 
 
 @contextlib.contextmanager
-def _reference_helpers(student, ref, *names):
-    """Put the reference's `names` into the student module for one check (grade tasks separately)."""
-    saved = {n: getattr(student, n) for n in names}
+def _students_bytes_per_param(ref, mem):
+    """The reference computing with the student's bytes_per_param answers (asked of the worker),
+    so the expected ZeRO bytes follow from task 0.2 as the student wrote it."""
+    original = ref.bytes_per_param
+    ref.bytes_per_param = lambda **kw: tuple(mem.bytes_per_param(**kw))
     try:
-        for n in names:
-            setattr(student, n, getattr(ref, n))
         yield
     finally:
-        for n, fn in saved.items():
-            setattr(student, n, fn)
+        ref.bytes_per_param = original
+
+
+def _breakdown(ref, got, call: str):
+    """The reference's MemoryBreakdown rebuilt from the fields the student's returned (its `total`
+    is then the reference's property, not code of the student's)."""
+    if not (isinstance(got, dict) and got.get("__dataclass__") == "MemoryBreakdown"):
+        raise AssertionError(f"{call} must return a MemoryBreakdown, got {got!r:.80}")
+    return ref.MemoryBreakdown(**got["fields"])
 
 
 def group_formulas(ctx):
-    mem, ref = ctx.student("memory"), _reference()
+    mem, ref = ctx.remote("memory"), _reference()
     with ctx.check("parameter count equals the reference on hidden configurations"):
         for seed in checks.trial_seeds(TRIALS, salt=1):
             rng = random.Random(seed)
@@ -165,25 +177,27 @@ def group_formulas(ctx):
                       checkpointing=True)
             got, call = _call(mem.activation_bytes, **kw)
             _close(got, ref.activation_bytes(**kw), call=call)
-    with _reference_helpers(mem, ref, "bytes_per_param"):
-        with ctx.check("the ZeRO paper's table: 120 / 31.4 / 16.6 / 1.9 GB"):
-            for stage, gb in enumerate([120.0, 31.4, 16.6, 1.9]):
-                got, call = _call(mem.zero_memory_per_rank, 7_500_000_000, 64, stage, precision="mixed", optimizer="adam")
-                assert round(got.total / 1e9, 1) == gb, f"{call}.total = {got.total / 1e9:.2f} GB, the paper says {gb} GB"
-        with ctx.check("ZeRO per-rank bytes on hidden configurations (uneven shards)"):
-            for seed in checks.trial_seeds(TRIALS, salt=5):
-                rng = random.Random(seed)
-                psi = rng.choice([rng.randint(1, 999), rng.randint(10**6, 10**12)])
-                args = (psi, rng.choice([1, 2, 3, 7, 8, 64, 1000, 1024]), rng.randint(0, 3))
-                kw = dict(precision=rng.choice(ref.PRECISIONS), optimizer=rng.choice(ref.OPTIMIZERS))
-                got, call = _call(mem.zero_memory_per_rank, *args, **kw)
-                want = ref.zero_memory_per_rank(*args, **kw)
-                for field in ("params", "grads", "optimizer"):  # a ceil(Ψ/N) slip shows at small Ψ
-                    _close(getattr(got, field), getattr(want, field), call=f"{call}.{field}")
+    with ctx.check("the ZeRO paper's table: 120 / 31.4 / 16.6 / 1.9 GB"):
+        paper = ctx.remote("memory", probe="autograder.probes.a0_memory:zero_memory_with_bytes_per_param")
+        for stage, gb in enumerate([120.0, 31.4, 16.6, 1.9]):
+            got, call = _call(paper.zero_memory_per_rank, 7_500_000_000, 64, stage, precision="mixed",
+                              optimizer="adam", bytes_per_param=(2, 2, 12))  # the paper's 16 B/param
+            total = _breakdown(ref, got, call).total
+            assert round(total / 1e9, 1) == gb, f"{call}.total = {total / 1e9:.2f} GB, the paper says {gb} GB"
+    with ctx.check("ZeRO per-rank bytes on hidden configurations (uneven shards)"), _students_bytes_per_param(ref, mem):
+        for seed in checks.trial_seeds(TRIALS, salt=5):
+            rng = random.Random(seed)
+            psi = rng.choice([rng.randint(1, 999), rng.randint(10**6, 10**12)])
+            args = (psi, rng.choice([1, 2, 3, 7, 8, 64, 1000, 1024]), rng.randint(0, 3))
+            kw = dict(precision=rng.choice(ref.PRECISIONS), optimizer=rng.choice(ref.OPTIMIZERS))
+            got, call = _call(mem.zero_memory_per_rank, *args, **kw)
+            got, want = _breakdown(ref, got, call), ref.zero_memory_per_rank(*args, **kw)
+            for field in ("params", "grads", "optimizer"):  # a ceil(Ψ/N) slip shows at small Ψ
+                _close(getattr(got, field), getattr(want, field), call=f"{call}.{field}")
 
 
 def group_flops(ctx):
-    mem, ref = ctx.student("memory"), _reference()
+    mem, ref = ctx.remote("memory"), _reference()
     with ctx.check("training FLOPs 6ND and 8ND"):
         for seed in checks.trial_seeds(TRIALS, salt=6):
             rng = random.Random(seed)
@@ -213,7 +227,7 @@ def group_measured(ctx):
     from scaletrain.models import GPT
 
     torch.set_num_threads(1)
-    mem, ref = ctx.student("memory"), _reference()
+    mem, ref = ctx.remote("memory"), _reference()
     with ctx.check("parameter count equals the numel of real GPTs"):
         for cfg, _, _ in _tiny_configs():
             model = GPT(cfg)

@@ -1,0 +1,285 @@
+"""Confine the process that runs a test group (student code) and leave nothing of it behind.
+
+The grader does not start the group's process itself but a trusted *warden*
+(`python -m autograder.sandbox CONFIG CMD...`, in a new session), which
+
+- makes itself a child subreaper (prctl PR_SET_CHILD_SUBREAPER): a descendant that double-forks
+  or calls setsid is re-parented to the warden instead of init, so it stays findable;
+- starts CMD as the sandbox user (`nobody` when the grader is root), in its own work folder
+  (cwd, HOME, TMPDIR), with resource limits (address space, CPU seconds, open files, file size,
+  processes, no core files);
+- enforces the group's time limit, and when CMD ends (exit, crash or timeout) SIGKILLs every
+  process below itself (found through /proc, so only its own group's tree) and reaps them;
+- prints one JSON line, {"timed_out": bool, "code": int | null}, on its stdout for the grader.
+
+What each layer stops, and what none of them stops: "Threat model" in autograder/README.md.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import json
+import os
+import pwd
+import resource
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+USER_ENV = "AUTOGRADER_SANDBOX_USER"    # account groups run as when the grader is root; "none": don't switch
+AS_ENV = "AUTOGRADER_SANDBOX_AS_GIB"    # address space per process in GiB; 0: unlimited
+# A rank (torch + gloo, 4 ranks of a5) peaks at 1.4 GiB of virtual memory on a 2-core machine; glibc's
+# malloc arenas (8 per core) and thread stacks grow it with the core count, hence a wide margin.
+DEFAULT_AS_GIB = 16
+NOFILE = 1024
+FSIZE = 256 << 20         # also bounds the group's log: print() past it ends the process (SIGXFSZ)
+NPROC = 4096              # tasks (threads count) of the sandbox user, concurrent groups together
+WARDEN_GRACE_S = 30.0     # the warden's own start and clean-up, on top of the group's limit
+KILL_WAIT_S = 10.0        # a process in uninterruptible sleep dies only when it wakes
+
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
+
+
+class SandboxError(Exception):
+    """The account named in $AUTOGRADER_SANDBOX_USER can't run groups (a configuration error)."""
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """How one group's process is confined; sent to the warden as JSON."""
+    timeout_s: float
+    workdir: str                  # cwd, HOME and TMPDIR of the group, writable by it, removed by the caller
+    cpu_s: int                    # RLIMIT_CPU per process
+    address_space: int | None     # RLIMIT_AS in bytes; None: unlimited
+    uid: int | None = None        # the account to run as; None: the grader's own
+    gid: int | None = None
+    nproc: int | None = None      # RLIMIT_NPROC; only with an account of its own (it counts per user)
+
+
+# ---------------------------------------------------------------- grader side
+
+def prepare(folder: Path, *, timeout_s: float, device: str, writable: tuple[Path, ...] = (),
+            switch: bool = True) -> Sandbox:
+    """The sandbox of one group inside the grader's private `folder`: a work folder and the
+    `writable` files (its report) are handed to the sandbox account; `folder` itself stays the
+    grader's and becomes traversable only, so the group can't replace the files in it.
+    `switch=False`: the group stays the grader's account (a trusted group, whose student code
+    runs in a worker that switches by itself, autograder/untrusted.py)."""
+    account = worker_account() if switch else None
+    work = folder / "work"
+    work.mkdir()
+    if account is not None:
+        folder.chmod(0o711)
+        for path in (work, *writable):
+            os.chown(path, account.pw_uid, account.pw_gid)
+    return Sandbox(timeout_s=timeout_s, workdir=str(work),
+                   cpu_s=int(timeout_s * (os.cpu_count() or 1) * 1.1) + 10,
+                   address_space=address_space(device),
+                   uid=None if account is None else account.pw_uid,
+                   gid=None if account is None else account.pw_gid,
+                   nproc=None if account is None else NPROC)
+
+
+def run(cmd: list[str], box: Sandbox, *, env: dict[str, str], log: Path) -> tuple[bool, int | None]:
+    """Run `cmd` under a warden; (timed out, exit code). The code is the warden's own when it died
+    before reporting (killed), and None on a timeout. stdout and stderr of `cmd` go to `log`."""
+    warden_cmd = [sys.executable, "-m", "autograder.sandbox", json.dumps(asdict(box)), *cmd]
+    with open(log, "wb") as out:
+        warden = subprocess.Popen(warden_cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=out, start_new_session=True)
+        try:
+            status = warden.communicate(timeout=box.timeout_s + WARDEN_GRACE_S)[0]
+        except subprocess.TimeoutExpired:
+            return True, None
+        finally:
+            _stop(warden)
+    try:
+        report = json.loads(status)
+        return bool(report["timed_out"]), report["code"]
+    except (ValueError, TypeError, KeyError):
+        return False, warden.returncode
+
+
+def _stop(warden: subprocess.Popen) -> None:
+    """Let a warden that is still running (the grader was interrupted, or it hangs) clean up; then
+    kill its process group, the last resort for a warden that died before cleaning up."""
+    if warden.poll() is None:
+        warden.terminate()
+        try:
+            warden.wait(timeout=KILL_WAIT_S)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(warden.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    warden.wait()
+
+
+def worker_account() -> pwd.struct_passwd | None:
+    """The account every process that runs student code uses (a group's process here, a worker of
+    autograder/untrusted.py); None: the grader's own."""
+    return _account()[0]
+
+
+def describe() -> str:
+    """One line on which account groups run as, for the run's record."""
+    try:
+        return _account()[1]
+    except SandboxError as exc:
+        return str(exc)
+
+
+@functools.cache
+def _account() -> tuple[pwd.struct_passwd | None, str]:
+    """The account groups run as (None: the grader's own) and a description; decided once.
+
+    Only root can switch. $AUTOGRADER_SANDBOX_USER names the account ("none": don't switch).
+    Unset, `nobody` is used if it can start this interpreter and import the grader; if it can't
+    (a Python installed under a private home, e.g. /root/.pyenv), groups run as root and the
+    description says why. An account named explicitly that can't is an error, not a downgrade."""
+    if os.geteuid() != 0:
+        return None, f"groups run as the grader's own user (uid {os.geteuid()}): only root can switch"
+    name = os.environ.get(USER_ENV, "")
+    if name == "none":
+        return None, f"groups run as root: {USER_ENV}=none"
+    try:
+        account = pwd.getpwnam(name or "nobody")
+    except KeyError:
+        account, problem = None, f"there is no user {name or 'nobody'!r}"
+    else:
+        problem = _probe(account)
+    if problem is None:
+        return account, f"groups run as {account.pw_name} (uid {account.pw_uid})"
+    if name:
+        raise SandboxError(f"{USER_ENV}={name}: {problem}")
+    return None, f"groups run as root, not as a separate user: {problem}"
+
+
+def _probe(account: pwd.struct_passwd) -> str | None:
+    """None if `account` can start this interpreter and import the grader, else why not."""
+    what = f"user {account.pw_name} cannot run {sys.executable} with the grader"
+    try:
+        proc = subprocess.run([sys.executable, "-c", "import autograder.runner"], cwd="/",
+                              user=account.pw_uid, group=account.pw_gid, extra_groups=[],
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{what} ({exc})"
+    lines = proc.stderr.strip().splitlines()
+    return f"{what} ({lines[-1] if lines else f'exit code {proc.returncode}'})" if proc.returncode else None
+
+
+def address_space(device: str) -> int | None:
+    """RLIMIT_AS in bytes. None on CUDA: the driver reserves virtual address space on the scale of
+    the GPU's and the host's memory together, and initialization fails under a limit."""
+    gib = float(os.environ.get(AS_ENV, DEFAULT_AS_GIB))
+    return None if device == "cuda" or gib <= 0 else int(gib * 2**30)
+
+
+# ---------------------------------------------------------------- warden side
+
+def _prctl(option: int, value: int) -> None:
+    if ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), f"prctl({option}, {value}) failed")
+
+
+def confine(box: Sandbox) -> None:
+    """The limits, set in a process that will run student code, after its switch of account and
+    before its exec (the warden's child here; the worker of autograder/untrusted.py)."""
+    limits = {resource.RLIMIT_CORE: 0, resource.RLIMIT_NOFILE: NOFILE, resource.RLIMIT_FSIZE: FSIZE,
+              resource.RLIMIT_CPU: box.cpu_s, resource.RLIMIT_AS: box.address_space,
+              resource.RLIMIT_NPROC: box.nproc}
+    for which, value in limits.items():
+        if value is not None:
+            hard = resource.getrlimit(which)[1]
+            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(which, (value, value))
+
+
+def _child_env(box: Sandbox) -> dict[str, str]:
+    """The warden's environment with every place tools write by default moved to the work folder
+    (torch, Triton and nvcc keep caches under HOME or TMPDIR)."""
+    here = box.workdir
+    return dict(os.environ, HOME=here, TMPDIR=here, TEMP=here, TMP=here)
+
+
+def _below(root: int) -> list[tuple[int, str]]:
+    """(pid, state) of every process below `root`, read from /proc."""
+    children: dict[int, list[tuple[int, str]]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()  # the name before ")" may hold spaces
+        except OSError:
+            continue  # it ended meanwhile
+        children.setdefault(int(fields[1]), []).append((int(entry), fields[0]))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child[0])
+    return found
+
+
+def _kill_descendants() -> None:
+    """SIGKILL and reap everything below the warden, until nothing is left (a process forking
+    meanwhile is found on the next pass: its orphans come to the warden, the subreaper)."""
+    end = time.monotonic() + KILL_WAIT_S
+    while time.monotonic() < end:
+        alive = [pid for pid, state in _below(os.getpid()) if state != "Z"]
+        for pid in alive:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        reaped_all = _reap()
+        if not alive and reaped_all:
+            return
+        time.sleep(0.01)
+
+
+def _reap() -> bool:
+    """Reap every ended child; True when the warden has no child left."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return True
+        if pid == 0:
+            return False
+
+
+def _sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)  # unwinds into main's `finally`: clean up, then exit
+
+
+def main(argv: list[str]) -> int:
+    box = Sandbox(**json.loads(argv[0]))
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    signal.signal(signal.SIGTERM, _sigterm)
+    _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # the grader was killed: clean up now, not at the limit
+    timed_out, code = False, None
+    account = {} if box.uid is None else {"user": box.uid, "group": box.gid, "extra_groups": []}
+    try:
+        child = subprocess.Popen(argv[1:], cwd=box.workdir, env=_child_env(box), stdin=subprocess.DEVNULL,
+                                 stdout=sys.stderr.fileno(), stderr=subprocess.STDOUT,
+                                 preexec_fn=lambda: confine(box), **account)  # the warden has no threads
+        try:
+            code = child.wait(timeout=box.timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the clean-up short
+        _kill_descendants()
+    print(json.dumps({"timed_out": timed_out, "code": code}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

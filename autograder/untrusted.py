@@ -1,0 +1,215 @@
+"""The trusted side's handle on the process that runs student code (`autograder.worker`).
+
+A group whose `Group.trusted` is set runs the suite in a process that never imports the
+submission: `ctx.untrusted().call("autograder.probes.aN:fn", *inputs)` sends the inputs, the
+worker runs the student's code and sends outputs back as data (`autograder.wire`), and the suite
+computes the expected values and the verdict itself. What keeps the worker out of the trusted
+process:
+
+- it is a separate process started without the trusted side's file descriptors (the report
+  channel among them), in a session and a work folder of its own, with the group's resource
+  limits (`sandbox.confine`);
+- it runs as the sandbox account when the grader is root and that account can run Python
+  (Gradescope); otherwise, as root, with every capability dropped and no_new_privs set, so it
+  can neither read the trusted process's memory (that process is made non-dumpable) nor open its
+  file descriptors through /proc;
+- its Python starts with -S and a `sys.path` of the *grading build* (the library with the graded
+  regions running the submission) and the third-party packages: the reference is not importable;
+- its environment has no grading seed: inputs arrive as data, expected values never exist there.
+
+A call that does not answer within its limit kills the worker (TimeoutError: the check is a
+`timeout`); a worker that dies (os._exit, a crash) makes the call raise `StudentCrash` (`error`).
+The next call starts a fresh worker.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import select
+import shutil
+import signal
+import site
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from autograder import sandbox, wire
+from autograder.checks import SEED_ENV, SUBMISSION_ENV, Flagged
+from autograder.manifest import REPO
+
+PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 4, 24, 38
+_SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
+BUILD_ENV = "AUTOGRADER_BUILD"     # the grading build of the library, made by grade.py for the group
+
+
+def worker_runs_as_root() -> bool:
+    """True when the worker stays uid 0 (without capabilities): no sandbox account can run Python."""
+    return os.geteuid() == 0 and sandbox.worker_account() is None
+
+
+class StudentCrash(Exception):
+    """The process running the student's code died or answered something that is not a message."""
+
+
+_REMOTE = {"NotImplementedError": NotImplementedError, "AssertionError": AssertionError, "Flagged": Flagged,
+           "TimeoutError": TimeoutError, "SpawnTimeout": TimeoutError}
+
+
+def _remote_exception(raised: dict) -> Exception:
+    """The worker's exception, rebuilt as one the harness classifies (never a class it names)."""
+    kind, message, where = (str(raised.get(k, "")) for k in ("type", "message", "where"))
+    first = (message.splitlines() or [""])[0]
+    if kind in _REMOTE:
+        return _REMOTE[kind](f"{first}{where}")
+    return StudentCrash(f"{kind}: {first}{where}")
+
+
+class Untrusted:
+    def __init__(self, submission: Path, *, timeout_s: float = 60.0, device: str = "cpu"):
+        self.submission, self.timeout_s, self.device = submission, timeout_s, device
+        self._proc: subprocess.Popen | None = None
+        self._work: Path | None = None
+
+    def call(self, probe: str, *args, timeout_s: float | None = None, **kwargs):
+        """The outputs of `probe(*args, **kwargs)` run in the worker; raises what the student's
+        code raised (rebuilt), TimeoutError, or StudentCrash."""
+        if self._proc is None:
+            self._start()
+        limit = self.timeout_s if timeout_s is None else timeout_s
+        try:
+            wire.send(self._to, {"probe": probe, "args": list(args), "kwargs": kwargs})
+            answer = wire.recv(self._from, deadline=time.monotonic() + limit)
+        except TimeoutError:
+            self.close()
+            raise TimeoutError(f"your code did not finish within {limit:.0f} s (an infinite loop or a deadlock?)")
+        except (EOFError, BrokenPipeError, wire.WireError) as exc:
+            code = self._proc.poll() if self._proc else None
+            last = (self.log_tail(1) or "no output").strip()
+            self.close()
+            what = f"exited with code {code} ({last[:300]})" if code is not None else f"sent no valid answer ({exc})"
+            raise StudentCrash(f"the process running your code {what}") from None
+        if not isinstance(answer, dict) or not ("ok" in answer or isinstance(answer.get("raised"), dict)):
+            self.close()
+            raise StudentCrash("the process running your code sent a malformed answer")
+        if "raised" in answer:
+            raise _remote_exception(answer["raised"])
+        return answer["ok"]
+
+    def _start(self) -> None:
+        _prctl(PR_SET_DUMPABLE, 0)  # no ptrace, no /proc/<pid>/mem or fd of this process for others
+        account = sandbox.worker_account()
+        self._work = Path(tempfile.mkdtemp(prefix="worker-"))
+        if account is not None:
+            os.chown(self._work, account.pw_uid, account.pw_gid)
+        to_r, self._to = os.pipe()
+        self._from, from_w = os.pipe()
+        cmd = [sys.executable, "-S", "-m", "autograder.worker", str(to_r), str(from_w)]
+        build = Path(os.environ[BUILD_ENV]).resolve()
+        box = sandbox.Sandbox(timeout_s=self.timeout_s, workdir=str(self._work),
+                              cpu_s=int(self.timeout_s * (os.cpu_count() or 1) * 4) + 60,
+                              address_space=sandbox.address_space(self.device))
+        user = {} if account is None else {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
+        log = open(self._work / "worker.log", "wb")  # noqa: SIM115 - kept by the child
+        self._proc = subprocess.Popen(cmd, pass_fds=(to_r, from_w), env=self._env(), cwd=self._work,
+                                      stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                      start_new_session=True,
+                                      preexec_fn=lambda: _confine(box, drop_root=account is None, build=build),
+                                      **user)
+        log.close()
+        os.close(to_r)
+        os.close(from_w)
+
+    def _env(self) -> dict[str, str]:
+        build = Path(os.environ[BUILD_ENV])
+        paths = [build / "lib", build, *map(Path, site.getsitepackages())]
+        env = {k: v for k, v in os.environ.items() if k not in (SEED_ENV, "PYTHONPATH", BUILD_ENV)}
+        env.update(PYTHONPATH=os.pathsep.join(map(str, paths)), HOME=str(self._work), TMPDIR=str(self._work),
+                   **{SUBMISSION_ENV: str(self.submission)})
+        return env
+
+    def log_tail(self, lines: int = 5) -> str:
+        path = self._work / "worker.log" if self._work else None
+        if path is None or not path.is_file():
+            return ""
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    def close(self) -> None:
+        """Kill the worker and everything it started in its session; remove its folder."""
+        if self._proc is not None:
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self._proc.wait()
+            for fd in (self._to, self._from):
+                os.close(fd)
+            self._proc = None
+        if self._work is not None:
+            shutil.rmtree(self._work, ignore_errors=True)
+            self._work = None
+
+
+def _prctl(option: int, *args: int) -> int:
+    return ctypes.CDLL(None, use_errno=True).prctl(option, *args, *([0] * (4 - len(args))))
+
+
+CLONE_NEWNS, MS_RDONLY, MS_BIND, MS_REC, MS_PRIVATE = 0x00020000, 1, 4096, 16384, 1 << 18
+
+
+def _hide_repository(keep: Path) -> None:
+    """As root, in a mount namespace of the worker's own: an empty read-only tmpfs over every
+    folder of the grader's repository and /dev/null over every file (the venv, which holds the
+    interpreter, and `keep`, the grading build, excepted), so the reference, solutions/ and the
+    suites can't be read from disk.
+    Best effort: where mounts are not allowed (a container without CAP_SYS_ADMIN, or the worker
+    already switched account) the files' permissions are the defence."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWNS) != 0 or libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        return
+    for entry in REPO.iterdir():
+        if entry.name == ".venv" or entry.is_symlink() or keep.is_relative_to(entry):
+            continue
+        target = str(entry).encode()
+        if entry.is_dir():
+            libc.mount(b"tmpfs", target, b"tmpfs", MS_RDONLY, b"size=4k")
+        else:
+            libc.mount(b"/dev/null", target, None, MS_BIND, None)
+
+
+def _confine(box: sandbox.Sandbox, *, drop_root: bool, build: Path) -> None:
+    """In the worker, before exec: the sandbox's limits; as root, the repository hidden, no
+    capabilities at all (the bounding set emptied, so exec grants none back) and no way to gain
+    privileges."""
+    sandbox.confine(box)
+    if drop_root and os.geteuid() == 0:
+        _hide_repository(build)
+    _prctl(PR_SET_NO_NEW_PRIVS, 1)
+    if drop_root and os.geteuid() == 0:
+        for cap in range(64):
+            _prctl(PR_CAPBSET_DROP, cap)
+        header = (ctypes.c_uint32 * 2)(0x20080522, 0)      # _LINUX_CAPABILITY_VERSION_3, this process
+        data = (ctypes.c_uint32 * 6)()                      # effective, permitted, inheritable: none
+        nr = _SYS_CAPSET.get(platform.machine())
+        if nr is None or ctypes.CDLL(None, use_errno=True).syscall(nr, header, data) != 0:
+            os._exit(121)  # refuse to run student code as a privileged root
+
+
+class RemoteModule:
+    """The student's module as the trusted side sees it: `mem.gpt_num_params(**kw)` runs
+    `probe(stem, "gpt_num_params", **kw)` in the worker and returns its outputs as data."""
+
+    def __init__(self, worker: Untrusted, stem: str, probe: str):
+        self._worker, self._stem, self._probe = worker, stem, probe
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        def call(*args, **kwargs):
+            return self._worker.call(self._probe, self._stem, name, *args, **kwargs)
+        call.__name__ = name
+        return call

@@ -1,0 +1,130 @@
+"""The sandbox's layers one by one, on shell commands (they run under any user, unlike the venv's
+Python): limits, work folder, time limit, clean-up of detached processes, the unprivileged user."""
+
+import os
+import pwd
+import re
+import shutil
+import signal
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from autograder import sandbox
+
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="only root can switch users")
+
+
+@pytest.fixture
+def folder():
+    """A grader-private folder in /tmp (the sandbox user can't enter pytest's tmp_path)."""
+    path = Path(tempfile.mkdtemp(prefix="sandbox-test-"))
+    yield path
+    shutil.rmtree(path)
+
+
+@pytest.fixture
+def marker(monkeypatch):
+    """An environment entry every process of the run inherits; none may be left at the end."""
+    value = f"SANDBOX_TEST={uuid.uuid4().hex}"
+    monkeypatch.setenv(*value.split("="))
+    yield value
+    for pid in _with(value):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _with(marker: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if marker.encode() in f.read() and int(pid) != os.getpid():
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def _run(folder: Path, script: str, timeout_s: float = 30, device: str = "cpu"):
+    box = sandbox.prepare(folder, timeout_s=timeout_s, device=device)
+    log = folder / "output.log"
+    status = sandbox.run(["/bin/sh", "-c", script], box, env=dict(os.environ), log=log)
+    return box, status, log.read_text()
+
+
+def _limit(limits: str, name: str) -> str:
+    return re.search(rf"^{name}\s+(\S+)", limits, re.M).group(1)
+
+
+def test_limits_work_folder_and_environment(folder, marker):
+    box, status, out = _run(folder, 'cat /proc/self/limits; echo "cwd=$(pwd) home=$HOME tmp=$TMPDIR"; exit 3')
+    assert status == (False, 3)
+    assert _limit(out, "Max address space") == str(16 << 30)
+    assert _limit(out, "Max open files") == "1024"
+    assert _limit(out, "Max file size") == str(256 << 20)
+    assert _limit(out, "Max core file size") == "0"
+    assert _limit(out, "Max cpu time") == str(box.cpu_s) and box.cpu_s > 30 * (os.cpu_count() or 1)
+    work = folder / "work"
+    assert f"cwd={work} home={work} tmp={work}" in out
+
+
+def test_address_space_is_unlimited_on_cuda_and_configurable(folder, monkeypatch):
+    (folder / "a").mkdir()
+    (folder / "b").mkdir()
+    assert sandbox.prepare(folder / "a", timeout_s=1, device="cuda").address_space is None
+    monkeypatch.setenv(sandbox.AS_ENV, "0.5")
+    assert sandbox.prepare(folder / "b", timeout_s=1, device="cpu").address_space == 1 << 29
+
+
+def test_file_size_limit_stops_a_flood_of_output(folder, marker):
+    _, (timed_out, code), _ = _run(folder, "exec head -c 300000000 /dev/zero")
+    assert not timed_out and code == -signal.SIGXFSZ
+    assert (folder / "output.log").stat().st_size == 256 << 20
+
+
+def test_timeout_kills_the_whole_tree(folder, marker):
+    start = time.monotonic()
+    _, status, _ = _run(folder, "sleep 300 & (setsid sleep 300 &); sleep 300", timeout_s=2)
+    assert status == (True, None) and time.monotonic() - start < 15
+    assert _with(marker) == []
+
+
+def test_detached_processes_die_when_the_group_exits(folder, marker):
+    # `( ... &)`: a double fork; setsid: a new session, out of reach of a kill of the process group
+    _, status, _ = _run(folder, "(setsid sleep 300 &); (sleep 300 &); exit 0")
+    assert status == (False, 0)
+    assert _with(marker) == []
+
+
+@root_only
+def test_runs_as_the_unprivileged_user(folder, marker, monkeypatch):
+    nobody = pwd.getpwnam("nobody")
+    monkeypatch.setattr(sandbox, "_account", lambda: (nobody, "test"))
+    grader_file = folder / "grader.txt"
+    grader_file.write_text("the grader's\n")
+    script = (f'id -u; id -G; echo mine > "$HOME/mine" && echo wrote-home; '
+              f'(echo forged >> {grader_file}) 2>/dev/null && echo wrote-grader || echo denied; '
+              f'grep "Max processes" /proc/self/limits')
+    box, status, out = _run(folder, script)
+    assert status == (False, 0), out
+    assert out.splitlines()[:4] == [str(nobody.pw_uid), str(nobody.pw_gid), "wrote-home", "denied"]
+    assert grader_file.read_text() == "the grader's\n"
+    assert _limit(out, "Max processes") == str(sandbox.NPROC) == str(box.nproc)
+
+
+@root_only
+def test_account_none_and_unknown(monkeypatch):
+    monkeypatch.setenv(sandbox.USER_ENV, "none")
+    sandbox._account.cache_clear()
+    try:
+        assert sandbox.worker_account() is None and "none" in sandbox.describe()
+        monkeypatch.setenv(sandbox.USER_ENV, "no-such-user-here")
+        sandbox._account.cache_clear()
+        with pytest.raises(sandbox.SandboxError):
+            sandbox.worker_account()
+        assert "no user 'no-such-user-here'" in sandbox.describe()
+    finally:
+        sandbox._account.cache_clear()  # decided again, under the restored environment
