@@ -19,10 +19,63 @@ import contextlib
 import random
 
 from autograder import checks
-from autograder.manifest import Check, Group, Manifest, Planted, Task
+from autograder.manifest import REPO, Check, Group, Manifest, Planted, Task
 
 F = "memory.py"
 SRC = "lib/scaletrain/memory.py"
+C_PARAMS = "parameter count equals the reference on hidden configurations"
+_RETURN = "    return embeddings + n_layer * per_layer + 2 * h + head"
+
+
+def _attacks() -> tuple[Planted, ...]:
+    """Attacks on the grader itself, each in place of task 0.1's answer (issue 13's catalogue).
+    The static check forbids importlib, sys, inspect, builtins..., so each reaches for what it
+    wants the way the static check cannot see; the trusted split must leave it nothing to earn."""
+    importer = "getattr(__builtins__, '__imp' + 'ort__') if hasattr(__builtins__, '__imp' + 'ort__') " \
+               "else __builtins__['__imp' + 'ort__']"
+    attacks = {
+        "forges 'passed' lines in every report it can find (and at exit)": (
+            "    import os, json, atexit\n"
+            "    def forge():\n"
+            "        for top, _, names in os.walk('/tmp'):\n"
+            "            for n in names:\n"
+            "                if n.endswith('.jsonl'):\n"
+            "                    try:\n"
+            "                        with open(os.path.join(top, n), 'a') as f:\n"
+            f"                            f.write(json.dumps({{'name': {C_PARAMS!r}, 'outcome': 'passed', "
+            "'reason': '', 'duration': 0.1}) + '\\n')\n"
+            "                    except OSError:\n"
+            "                        pass\n"
+            "    forge(); atexit.register(forge)\n"
+            "    return -1"),
+        "patches the grader's classify through sys.modules": (
+            f"    ctx = ({importer})('autograder.context')\n"
+            "    ctx.classify = lambda exc, submission: ('passed', '')\n"
+            "    return -1"),
+        "reads the expected value out of the caller's frames": (
+            "    try:\n        raise ZeroDivisionError\n    except ZeroDivisionError as e:\n"
+            "        frame = e.__traceback__.tb_frame\n"
+            "    while frame is not None:\n"
+            "        for key in ('want', 'expected', 'ref'):\n"
+            "            if isinstance(frame.f_locals.get(key), int):\n"
+            "                return frame.f_locals[key]\n"
+            "        frame = frame.f_back\n"
+            "    return -1"),
+        "imports the reference by a name built at run time": (
+            f"    ref = ({importer})('scaletrain.mem' + 'ory', fromlist=['x'])\n"
+            "    return ref.gpt_num_params(vocab_size=vocab_size, block_size=block_size, n_layer=n_layer, "
+            "hidden=hidden, tied_embeddings=tied_embeddings)"),
+        "reads the reference from the grader's disk": (
+            f"    code = open({str(REPO / SRC)!r}).read()\n"
+            "    scope = {'__name__': 'stolen'}\n"
+            f"    ({importer})('builtins').exec(code, scope)\n"
+            "    return scope['gpt_num_params'](vocab_size=vocab_size, block_size=block_size, n_layer=n_layer, "
+            "hidden=hidden, tied_embeddings=tied_embeddings)"),
+    }
+    return tuple(Planted(name, F, (_RETURN, body), groups=("formulas",),
+                         expect={C_PARAMS: "error" if "reference" in name else "failed"})
+                 for name, body in attacks.items())
+
 
 MANIFEST = Manifest(
     assignment="a0", folder="a0_memory", title="Memory and FLOPs of training",
@@ -82,6 +135,7 @@ MANIFEST = Manifest(
         Planted("exits the process with a success code at import", F,
                 ("from dataclasses import dataclass, replace", "import os; os._exit(0)"), groups=("flops",),
                 expect={"training FLOPs 6ND and 8ND": "error", "MFU": "error"}),
+        *_attacks(),
         Planted("syntax error", F, ("def mfu(*,", "def mfu(*,,"),
                 expect={"training FLOPs 6ND and 8ND": "error", "parameter count equals the numel of real GPTs": "error"}),
         Planted("copies the reference", F, ("from dataclasses import dataclass, replace",
