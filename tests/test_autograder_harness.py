@@ -20,6 +20,7 @@ from autograder.cli import _exit_code
 from autograder.grade import UnusableSubmission, grade_assignment, ignored_files
 from autograder.manifest import Check, Group, Manifest, Task
 from autograder.results import to_gradescope
+from procs import processes_with  # tests/ is on sys.path
 
 SUITE = '''
 import os, time
@@ -102,20 +103,6 @@ MANIFEST = Manifest(
 )
 
 
-def leftovers(marker: str) -> list[int]:
-    """Processes other than this one whose environment holds `marker` (every process of a toy
-    group inherits it, detached ones included)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if marker.encode() in f.read() and int(pid) != os.getpid():
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found
-
-
 @pytest.fixture
 def make_submission(tmp_path, monkeypatch):
     # The suite must be readable by the sandbox user, which can't enter pytest's private tmp_path.
@@ -135,7 +122,7 @@ def make_submission(tmp_path, monkeypatch):
     make.marker = f"TOY_RUN=toy-{uuid.uuid4().hex}"
     monkeypatch.setenv(*make.marker.split("="))
     yield make
-    for pid in leftovers(make.marker):  # a failed test must not leave its processes running
+    for pid in processes_with(make.marker):  # a failed test must not leave its processes running
         os.kill(pid, signal.SIGKILL)
     shutil.rmtree(suite_dir)
 
@@ -177,7 +164,7 @@ def test_infinite_loop_times_out_and_kills_everything(make_submission):
     results = grade_assignment(short, make_submission(looping), "cpu")
     assert time.monotonic() - start < 30
     assert outcomes(results) == {"adds": "passed", "multiplies": "timeout", "ranks add": "timeout"}
-    assert leftovers(make_submission.marker) == []
+    assert processes_with(make_submission.marker) == []
 
 
 DETACHING = SOLUTION.replace("return a + b", textwrap.dedent('''\
@@ -199,7 +186,7 @@ def test_a_detached_grandchild_dies_with_its_group_and_only_its_group(make_submi
         graded = list(pool.map(lambda folder: grade_assignment(MANIFEST, folder, "cpu", groups=("main",)),
                                (detaching, clean)))
     assert [set(outcomes(r).values()) for r in graded] == [{"passed"}, {"passed"}], [reasons(r) for r in graded]
-    assert leftovers(make_submission.marker) == []
+    assert processes_with(make_submission.marker) == []
 
 
 def test_only_the_manifest_files_are_graded(make_submission):

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from autograder import sandbox
+from procs import processes_with  # tests/ is on sys.path
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="only root can switch users")
 
@@ -32,20 +33,8 @@ def marker(monkeypatch):
     value = f"SANDBOX_TEST={uuid.uuid4().hex}"
     monkeypatch.setenv(*value.split("="))
     yield value
-    for pid in _with(value):
+    for pid in processes_with(value):
         os.kill(pid, signal.SIGKILL)
-
-
-def _with(marker: str) -> list[int]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if marker.encode() in f.read() and int(pid) != os.getpid():
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found
 
 
 def _run(folder: Path, script: str, timeout_s: float = 30, device: str = "cpu"):
@@ -89,14 +78,14 @@ def test_timeout_kills_the_whole_tree(folder, marker):
     start = time.monotonic()
     _, status, _ = _run(folder, "sleep 300 & (setsid sleep 300 &); sleep 300", timeout_s=2)
     assert status == (True, None) and time.monotonic() - start < 15
-    assert _with(marker) == []
+    assert processes_with(marker) == []
 
 
 def test_detached_processes_die_when_the_group_exits(folder, marker):
     # `( ... &)`: a double fork; setsid: a new session, out of reach of a kill of the process group
     _, status, _ = _run(folder, "(setsid sleep 300 &); (sleep 300 &); exit 0")
     assert status == (False, 0)
-    assert _with(marker) == []
+    assert processes_with(marker) == []
 
 
 @root_only
