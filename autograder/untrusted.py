@@ -43,6 +43,7 @@ from autograder.manifest import REPO
 
 PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 4, 24, 38
 _SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
+WORKER_TMP = "/tmp"                 # where workers get their folders (reachable by any account)
 BUILD_ENV = "AUTOGRADER_BUILD"     # the grading build of the library, made by grade.py for the group
 
 
@@ -102,7 +103,10 @@ class Untrusted:
     def _start(self) -> None:
         _prctl(PR_SET_DUMPABLE, 0)  # no ptrace, no /proc/<pid>/mem or fd of this process for others
         account = sandbox.worker_account()
-        self._work = Path(tempfile.mkdtemp(prefix="worker-"))
+        # not under $TMPDIR: that is the group's work folder, inside the grader's private folder,
+        # which a worker without capabilities (or as another account) can't reach once it has
+        # dropped them, while its ranks chdir into their cwd by path
+        self._work = Path(tempfile.mkdtemp(prefix="worker-", dir=WORKER_TMP))
         if account is not None:
             os.chown(self._work, account.pw_uid, account.pw_gid)
         to_r, self._to = os.pipe()

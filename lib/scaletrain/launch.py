@@ -18,6 +18,7 @@ import datetime
 import multiprocessing as mp
 import os
 import pickle
+import pickle
 import queue
 import shutil
 import tempfile
@@ -141,7 +142,7 @@ def _collect(procs, results, world_size: int, timeout_s: float) -> list[Any]:
         elif kind == "err":
             _raise_primary({rank: payload}, results)
         else:
-            outputs[rank] = payload
+            outputs[rank] = pickle.loads(payload)
     return [outputs[r] for r in range(world_size)]
 
 
@@ -207,7 +208,10 @@ def _rank_main(rank, world_size, fn, args, environ, backend, store_dir, timeout_
         _init_group(rank, world_size, backend, store, timeout_s)
         results.put(("ready", rank, None))
         out = fn(rank, world_size, *args)
-        results.put(("ok", rank, out))
+        # by value: the queue's own pickler would share each tensor's storage through a file
+        # descriptor the rank may close first (FileNotFoundError, ConnectionResetError) and that
+        # count against the parent's open-file limit
+        results.put(("ok", rank, pickle.dumps(out)))
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent
         results.put(("err", rank, (type(exc).__name__, str(exc), traceback.format_exc())))
     finally:
