@@ -1,29 +1,47 @@
 """Assignment a3: data parallelism with buckets, overlap and no_sync (`assignments/a3_data_parallel/`).
 
-References are independent of the student's code: the properties that define the reverse greedy
-bucket assignment (3.1); one process computing the gradient of the whole batch (3.2, 3.3); for
-overlap, the times at which the grader's *own* gradient hooks and its *own* allreduce wrapper ran.
-The distributed checks run in one spawn of P ranks on a hidden GPT shape; each check is caught
-inside the ranks, so one failing check does not hide the others. A bucket that is never launched
-ends as `timeout` after WAIT_S (DataParallel's bucket wait), a deadlock when the process group's
-timeout expires. torch's DistributedDataParallel is forbidden in the student file, statically and
-at run time.
+Every group is *trusted* (`Group.trusted`): this module runs in a process that never imports the
+submission. The student's code runs in the sandboxed worker through the probes of
+`autograder/probes/a3_data_parallel.py`, which return raw outputs; references, comparisons and
+verdicts stay here.
+
+3.1: the student's `assign_buckets` runs on hidden parameter shapes and caps sent as data; its
+index lists come back and are judged here against the properties that define the reverse greedy
+assignment and against the reference `scaletrain.dp.bucket.assign_buckets`.
+
+3.2 and 3.3: one spawn of P ranks in the worker runs the student's DataParallel on a hidden GPT
+shape, scenario after scenario, with the bucket assignment computed here by the reference (so
+these tasks are graded whatever the state of 3.1). Per rank and scenario the probe returns the
+final gradients, every allreduce launched through the callable it gave DataParallel (time and a
+copy of what it carried), the times at which its own gradient hooks ran, collectives run outside
+that callable, and any use of the c10d store (trapped: `Flagged`). Here, from one process
+computing the whole batch and each rank's own rows:
+- the final gradients must equal the mean over ranks of gradients that differ per rank;
+- every bucket's *local* gradients must have gone out through a launched allreduce (a dummy
+  collective, a side channel, or a sum done elsewhere fails: the checks say so);
+- overlap counts only such genuine launches that started before the last gradient of backward;
+- exactly one allreduce per bucket and nothing else on the wire, none inside no_sync().
+A bucket that is never launched ends as `timeout` after WAIT_S (DataParallel's bucket wait), a
+deadlock when the process group's timeout expires. torch's DistributedDataParallel is forbidden in
+the student file, statically and at run time.
 """
 
 from __future__ import annotations
 
+import functools
 import random
 import time
-import traceback
-from pathlib import Path
+from dataclasses import dataclass, field
 
 from autograder import checks
-from autograder.manifest import Check, Group, Manifest, Planted, Task
+from autograder.checks import Flagged
+from autograder.manifest import REPO, Check, Group, Manifest, Planted, Task
 
 BF, DF = "dp_bucket.py", "dp_data_parallel.py"
 P = 2          # ranks of the distributed group
 WAIT_S = 1.0   # DataParallel(timeout_s=...): how long finish waits for a bucket nobody launched
 RTOL = 2e-5    # fp32 gradients, a different summation order than one process
+PROBE = "autograder.probes.a3_data_parallel"
 
 C_ORDER = "reverse registration order, every parameter exactly once"
 C_CAP = "buckets within the cap, filled greedily, an oversized parameter alone"
@@ -35,6 +53,108 @@ C_OVERLAP = "hooks launch buckets before backward ends (overlap)"
 C_HOOKED = "overlapped steps equal one process, tied wte/lm_head included"
 C_NOSYNC = "no_sync: no communication, 4 micro-steps equal one large batch"
 C_UNUSED_HOOKED = "unused parameter with hooks on: no hang, correct gradients"
+DDP_CHECKS = (C_SYNC, C_ONCE, C_UNUSED, C_OVERLAP, C_HOOKED, C_NOSYNC, C_UNUSED_HOOKED)
+ALL_DDP_FAILED = {c: "failed" for c in DDP_CHECKS}
+
+_LAUNCH = ("            self.buckets[self._next_bucket].launch(self._allreduce)\n"
+           "            self._next_bucket += 1\n")
+_DUMMY = ("            bucket = self.buckets[self._next_bucket]\n"
+          "            real, bucket.buffer = bucket.buffer, torch.zeros_like(bucket.buffer)  # evidence of the right size\n"
+          "            bucket.launch(self._allreduce)\n"
+          "            bucket.buffer = real\n")
+_ASSIGN_BODY = "    buckets: list[list[int]] = []\n"
+
+
+def _ddp_cheats() -> tuple[Planted, ...]:
+    """Issue 13's semantic cheats on DataParallel: the numbers right, the technique missing. Each
+    one passed every check of the grader that trusted the launch count and the timings."""
+    cheats = {
+        # dummy launches from the hooks (on time, the right count), the real sum synchronous after backward
+        "dummy allreduces in the hooks, the real sum synchronous after backward": (_DUMMY + (
+            "            bucket.wait = lambda timeout_s, b=bucket: (type(b).wait(b, timeout_s), "
+            "torch.distributed.all_reduce(b.buffer))\n"
+            "            self._next_bucket += 1\n"), ALL_DDP_FAILED),
+        "averages through the c10d store, dummy allreduces as evidence": (_DUMMY + (
+            "            type(self)._sent = n = getattr(type(self), '_sent', 0) + 1  # the same count on every rank\n"
+            "            def through_store(buf, n=n, rank=self.dp_rank, world=self.dp_world_size):\n"
+            "                store = torch.distributed.distributed_c10d._get_default_store()\n"
+            "                store.set(f'cheat/{n}/{rank}', buf.numpy().tobytes())\n"
+            "                parts = [torch.frombuffer(bytearray(store.get(f'cheat/{n}/{r}')), dtype=buf.dtype)\n"
+            "                         for r in range(world)]\n"
+            "                buf.copy_(sum(parts))\n"
+            "            bucket.wait = lambda timeout_s, b=bucket, f=through_store: (type(b).wait(b, timeout_s), "
+            "f(b.buffer))\n"
+            "            self._next_bucket += 1\n"), {c: "flagged" for c in DDP_CHECKS}),
+        "a store of its own as side channel, the trap caught and ignored": (_DUMMY + (
+            "            type(self)._sent = n = getattr(type(self), '_sent', 0) + 1  # the same count on every rank\n"
+            "            def through_store(buf, n=n, rank=self.dp_rank, world=self.dp_world_size):\n"
+            "                import os\n"
+            "                try:\n"
+            "                    if not hasattr(type(self), '_side'):  # one store per process, on a file both ranks see\n"
+            "                        type(self)._side = torch.distributed.FileStore(os.path.join(os.getcwd(), f'side-{os.getppid()}'), world)\n"
+            "                    store = type(self)._side\n"
+            "                    store.set(f'cheat/{n}/{rank}', buf.numpy().tobytes())\n"
+            "                    buf.copy_(sum(torch.frombuffer(bytearray(store.get(f'cheat/{n}/{r}')), "
+            "dtype=buf.dtype) for r in range(world)))\n"
+            "                except Exception:\n"
+            "                    pass\n"
+            "            bucket.wait = lambda timeout_s, b=bucket, f=through_store: (type(b).wait(b, timeout_s), "
+            "f(b.buffer))\n"
+            "            self._next_bucket += 1\n"), {c: "flagged" for c in DDP_CHECKS}),
+    }
+    return tuple(Planted(name, DF, (_LAUNCH, new), groups=("ddp",), expect=expect)
+                 for name, (new, expect) in cheats.items())
+
+
+def _attacks() -> tuple[Planted, ...]:
+    """Attacks on the grader itself (issue 13's catalogue), each in place of task 3.1's answer.
+    The static check forbids importlib and __import__, so each reaches for what it wants the way
+    the static check cannot see; the trusted split must leave it nothing to earn."""
+    importer = "getattr(__builtins__, '__imp' + 'ort__') if hasattr(__builtins__, '__imp' + 'ort__') " \
+               "else __builtins__['__imp' + 'ort__']"
+    forged = "".join(
+        f"                            f.write(json.dumps({{'name': {name!r}, 'outcome': 'passed', "
+        "'reason': '', 'duration': 0.1}) + '\\n')\n" for name in (C_ORDER, C_CAP, C_DTYPE))
+    attacks = {
+        "forges 'passed' lines in every report it can find (and at exit)": (
+            "    import os, json, atexit\n"
+            "    def forge():\n"
+            "        for top, _, names in os.walk('/tmp'):\n"
+            "            for n in names:\n"
+            "                if n.endswith('.jsonl'):\n"
+            "                    try:\n"
+            "                        with open(os.path.join(top, n), 'a') as f:\n"
+            f"{forged}"
+            "                    except OSError:\n"
+            "                        pass\n"
+            "    forge(); atexit.register(forge)\n"
+            "    return []\n", "failed"),
+        "patches the grader's classify through sys.modules": (
+            f"    ctx = ({importer})('autograder.context')\n"
+            "    ctx.classify = lambda exc, submission: ('passed', '')\n"
+            "    return []\n", "failed"),
+        "reads the expected buckets out of the caller's frames": (
+            "    try:\n        raise ZeroDivisionError\n    except ZeroDivisionError as e:\n"
+            "        frame = e.__traceback__.tb_frame\n"
+            "    while frame is not None:\n"
+            "        for key in ('want', 'expected', 'ref'):\n"
+            "            if isinstance(frame.f_locals.get(key), list):\n"
+            "                return frame.f_locals[key]\n"
+            "        frame = frame.f_back\n"
+            "    return []\n", "failed"),
+        "imports the reference by a name built at run time": (
+            f"    ref = ({importer})('scaletrain.' + 'dp.bucket', fromlist=['x'])\n"
+            "    return ref.assign_buckets(params, cap_bytes)\n", "error"),
+        "reads the reference from the grader's disk": (
+            f"    code = open({str(REPO / 'lib/scaletrain/dp/bucket.py')!r}).read()\n"
+            "    scope = {'__name__': 'stolen'}\n"
+            f"    ({importer})('builtins').exec(code, scope)\n"
+            "    return scope['assign_buckets'](params, cap_bytes)\n", "error"),
+    }
+    return tuple(Planted(name, BF, (_ASSIGN_BODY, body + _ASSIGN_BODY), groups=("buckets",),
+                         expect={C_ORDER: outcome, C_CAP: outcome, C_DTYPE: outcome})
+                 for name, (body, outcome) in attacks.items())
+
 
 MANIFEST = Manifest(
     assignment="a3", folder="a3_data_parallel", title="Data parallelism: buckets, overlap, accumulation",
@@ -52,10 +172,10 @@ MANIFEST = Manifest(
              "scaletrain.dp.data_parallel", "scaletrain.dp.DataParallel", "importlib", "__import__"),
     },
     groups=(
-        Group("buckets", "autograder.suites.a3_data_parallel:group_buckets", timeout_s=60, checks=(
+        Group("buckets", "autograder.suites.a3_data_parallel:group_buckets", timeout_s=60, trusted=True, checks=(
             Check("3.1", C_ORDER, 2), Check("3.1", C_CAP, 2), Check("3.1", C_DTYPE, 1),
         )),
-        Group("ddp", "autograder.suites.a3_data_parallel:group_ddp", timeout_s=150, checks=(
+        Group("ddp", "autograder.suites.a3_data_parallel:group_ddp", timeout_s=150, trusted=True, checks=(
             Check("3.2", C_SYNC, 3), Check("3.2", C_ONCE, 1), Check("3.2", C_UNUSED, 2),
             Check("3.3", C_OVERLAP, 2), Check("3.3", C_HOOKED, 2), Check("3.3", C_NOSYNC, 2),
             Check("3.3", C_UNUSED_HOOKED, 1),
@@ -72,6 +192,11 @@ MANIFEST = Manifest(
                 ("self._hooks.append(param.register_post_accumulate_grad_hook(self._on_grad_ready))",
                  "continue"), groups=("ddp",),
                 expect={C_OVERLAP: "failed", C_HOOKED: "passed", C_SYNC: "passed", C_NOSYNC: "passed"}),
+        Planted("hooks mark gradients ready but launch nothing: synchronizes after backward", DF,
+                ("        self._mark_ready(bucket, k)\n        self._launch_ready_buckets()\n\n    def close",
+                 "        self._mark_ready(bucket, k)\n\n    def close"), groups=("ddp",),
+                expect={C_OVERLAP: "failed", C_HOOKED: "passed", C_SYNC: "passed", C_ONCE: "passed",
+                        C_NOSYNC: "passed", C_UNUSED_HOOKED: "passed"}),
         Planted("finish waits on buckets it never launched", DF,
                 ("        self._launch_ready_buckets()\n        for bucket in self.buckets:\n",
                  "        for bucket in self.buckets:\n"), groups=("ddp",),
@@ -81,14 +206,23 @@ MANIFEST = Manifest(
                 ("import torch.nn as nn\n",
                  "import torch.nn as nn\nfrom torch.nn.parallel import DistributedDataParallel\n"),
                 groups=("ddp",), expect={C_SYNC: "flagged", C_OVERLAP: "flagged"}),
+        *_ddp_cheats(),
+        *_attacks(),
     ),
 )
 
 
 # ---------------------------------------------------------------- 3.1: pure, one process
 
-def _nbytes(p) -> int:
-    return p.numel() * p.element_size()
+def _reference_assign():
+    from scaletrain.dp.bucket import assign_buckets
+    return assign_buckets
+
+
+def _nbytes(spec) -> int:
+    import math
+    shape, dtype = spec
+    return math.prod(shape) * dtype.itemsize
 
 
 def _cfg():
@@ -97,20 +231,31 @@ def _cfg():
     return GPTConfig(vocab_size=97, block_size=24, n_layer=3, n_head=3, n_embd=48)
 
 
-def _hidden_param_lists(rng: random.Random):
-    import torch
-
+def _gpt_specs():
     from scaletrain.models import GPT
-    lists = [list(GPT(_cfg()).parameters())]
+    return [(tuple(p.shape), p.dtype) for p in GPT(_cfg()).parameters()]
+
+
+def _hidden_param_lists(rng: random.Random):
+    """Lists of (shape, dtype): the hidden GPT's parameters, then random 1-D sizes."""
+    import torch
+    lists = [_gpt_specs()]
     for _ in range(6):
-        lists.append([torch.zeros(rng.randint(1, 5000)) for _ in range(rng.randint(1, 30))])
+        lists.append([((rng.randint(1, 5000),), torch.float32) for _ in range(rng.randint(1, 30))])
     return lists
 
 
-def _call_assign(fn, params, cap):
-    got = fn(params, cap)
+def _as_tensors(specs):
+    import torch
+    return [torch.zeros(shape, dtype=dtype) for shape, dtype in specs]
+
+
+def _call_assign(remote, specs, cap):
+    got = remote.assign_buckets(specs, cap)
     assert isinstance(got, list) and all(isinstance(b, list) for b in got), \
-        f"assign_buckets must return a list of lists of indices, got {type(got).__name__}"
+        f"assign_buckets must return a list of lists of indices, got {str(got)[:80]}"
+    assert all(isinstance(i, int) for b in got for i in b), \
+        f"assign_buckets must return lists of int indices, got {str(got)[:80]}"
     return got
 
 
@@ -119,69 +264,60 @@ def group_buckets(ctx):
     rng = random.Random(checks.trial_seeds(1, salt=31)[0])
     lists = _hidden_param_lists(rng)
     caps = [1, 4 * 1021, 4 * 4099, 4 * 20011, 10**9]
-    mod = ctx.student("dp_bucket")
+    reference = _reference_assign()
+    remote = ctx.remote("dp_bucket", probe=f"{PROBE}:with_params")
     with ctx.check(C_ORDER):
-        for params in lists:
+        for specs in lists:
+            want = list(reversed(range(len(specs))))
             for cap in caps:
-                flat = [i for b in _call_assign(mod.assign_buckets, params, cap) for i in b]
-                assert flat == list(reversed(range(len(params)))), (
-                    f"{len(params)} parameters, cap {cap} B: concatenated buckets are {flat[:8]}..., expected "
-                    f"{list(reversed(range(len(params))))[:8]}... (last registered first, each once)")
+                flat = [i for b in _call_assign(remote, specs, cap) for i in b]
+                assert flat == want, (
+                    f"{len(specs)} parameters, cap {cap} B: concatenated buckets are {flat[:8]}..., expected "
+                    f"{want[:8]}... (last registered first, each once)")
     with ctx.check(C_CAP):
-        for params in lists:
+        for specs in lists:
             for cap in caps:
-                got = _call_assign(mod.assign_buckets, params, cap)
+                want = reference(_as_tensors(specs), cap)
+                got = _call_assign(remote, specs, cap)
+                size = lambda b: sum(_nbytes(specs[i]) for i in b)  # noqa: E731
+                assert all(0 <= i < len(specs) for b in got for i in b), \
+                    f"cap {cap} B: an index outside 0..{len(specs) - 1}"
                 for b in got:
-                    size = sum(_nbytes(params[i]) for i in b)
                     assert b, f"cap {cap} B: an empty bucket"
-                    assert len(b) == 1 or size <= cap, f"cap {cap} B: bucket {b[:6]} holds {size} B"
+                    assert len(b) == 1 or size(b) <= cap, f"cap {cap} B: bucket {b[:6]} holds {size(b)} B"
                 for a, b in zip(got, got[1:]):
-                    size = sum(_nbytes(params[i]) for i in a) + _nbytes(params[b[0]])
-                    assert size > cap, (f"cap {cap} B: parameter {b[0]} would still fit in bucket {a[:6]} "
-                                        f"({size} B): fill each bucket greedily before opening the next")
-        small = [torch.zeros(10), torch.zeros(1000), torch.zeros(10)]
-        got = _call_assign(mod.assign_buckets, small, 100)
+                    assert size(a) + _nbytes(specs[b[0]]) > cap, (
+                        f"cap {cap} B: parameter {b[0]} would still fit in bucket {a[:6]} "
+                        f"({size(a) + _nbytes(specs[b[0]])} B): fill each bucket greedily before opening the next")
+                if [i for b in got for i in b] == list(reversed(range(len(specs)))):  # order: the other check's
+                    assert got == want, f"cap {cap} B: buckets {str(got)[:80]}, expected {str(want)[:80]}"
+        small = [((10,), torch.float32), ((1000,), torch.float32), ((10,), torch.float32)]
+        got = _call_assign(remote, small, 100)
         assert got == [[2], [1], [0]], f"cap 100 B, sizes 40/4000/40 B: got {got}, expected [[2], [1], [0]]"
     with ctx.check(C_DTYPE):
-        mixed = [torch.zeros(3), torch.zeros(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64),
-                 torch.zeros(3)]
-        got = _call_assign(mod.assign_buckets, mixed, 10**6)
+        mixed = [((3,), torch.float32), ((3,), torch.float64), ((3,), torch.float64), ((3,), torch.float32)]
+        want = reference(_as_tensors(mixed), 10**6)
+        got = _call_assign(remote, mixed, 10**6)
         groups = sorted(sorted(b) for b in got)  # order is the other check's business
-        assert groups == [[0], [1, 2], [3]], (f"dtypes f32, f64, f64, f32 with a large cap: got {got}, expected "
-                                              "[[3], [2, 1], [0]] (one flat buffer holds one dtype)")
+        assert groups == sorted(sorted(b) for b in want), (
+            f"dtypes f32, f64, f64, f32 with a large cap: got {got}, expected {want} "
+            "(one flat buffer holds one dtype)")
 
 
 # ---------------------------------------------------------------- 3.2 and 3.3: P ranks
 
-def _cap_mb_for(n_buckets: int) -> float:
-    from scaletrain.dp.bucket import assign_buckets
+@functools.lru_cache(maxsize=None)
+def _cap_for(n_buckets: int) -> tuple[float, list[list[int]]]:
+    """(bucket_cap_mb, the reference's assignment of the hidden GPT's parameters) for n buckets."""
     from scaletrain.models import GPT
     params = list(GPT(_cfg()).parameters())
-    total = sum(_nbytes(p) for p in params)
+    total = sum(p.numel() * p.element_size() for p in params)
     for k in range(400):
-        if len(assign_buckets(params, int(total * (1 - k / 400)))) == n_buckets:
-            return int(total * (1 - k / 400)) / 2**20
+        cap_mb = int(total * (1 - k / 400)) / 2**20
+        buckets = _reference_assign()(params, max(1, int(cap_mb * 2**20)))  # as DataParallel.__init__ does
+        if len(buckets) == n_buckets:
+            return cap_mb, buckets
     raise RuntimeError(f"suite bug: no cap gives {n_buckets} buckets")
-
-
-class _Recorder:
-    """The allreduce given to the student's DataParallel: gloo's async allreduce, with the time of
-    every launch; plus the grader's own gradient hooks, registered before the student's."""
-
-    def __init__(self):
-        self.launches: list[float] = []
-        self.grads: list[float] = []
-
-    def __call__(self, tensor):
-        import torch.distributed as dist
-        self.launches.append(time.perf_counter())
-        return dist.all_reduce(tensor, async_op=True)
-
-    def watch(self, module):
-        for p in module.parameters():
-            if p.requires_grad:
-                p.register_post_accumulate_grad_hook(lambda _: self.grads.append(time.perf_counter()))
-        return module
 
 
 def _batch(step: int, rows: int, seed: int):
@@ -189,197 +325,278 @@ def _batch(step: int, rows: int, seed: int):
     return make_batch(_cfg(), rows, seed=seed + step, seq_len=17)
 
 
-def _reference_grads(step: int, micro: int, seed: int):
+def _gpt_grads(x, y):
+    """Gradients of the mean loss over the rows of (x, y), one process, rank 0's weights."""
     from scaletrain.models import GPT
     model = GPT(_cfg(), seed=1)
-    model(*_batch(step, P * micro * 3, seed))[1].backward()
+    model(x, y)[1].backward()
     return [p.grad.clone() for p in model.parameters()]
 
 
-def _dp_grads(dpm, rank: int, step: int, seed: int, micro: int = 1, **kw):
-    """(grads after finish, allreduces launched so far after each micro-step and after finish,
-    number of buckets) of one step of the student's DataParallel on this rank's rows."""
+@dataclass
+class Scenario:
+    """One step the ranks run (`send`, data for the probe) and what the grader expects of it."""
+    what: str
+    send: dict
+    names: list[str]                    # every parameter of the module, in order
+    ref: list                           # the expected final .grad per parameter (None: stays None)
+    local: list[list]                   # per rank: the local gradient per *synchronized* parameter
+    buckets: list[list[int]]            # indices into the synchronized parameters
+    frozen: set[str] = field(default_factory=set)
+    zero: set[str] = field(default_factory=set)   # no rank used it: a zero .grad
+
+
+_GPT_MEMO: dict = {}
+
+
+def _gpt_scenario(what: str, seed: int, *, n_buckets: int, step: int = 0, micro: int = 1, overlap: bool = True,
+                  watch: bool = False, trace: bool = False) -> Scenario:
+    import torch
+
     from scaletrain.models import GPT
-    rec = _Recorder()
-    dp = dpm.DataParallel(GPT(_cfg(), seed=1 + rank), allreduce=rec, timeout_s=WAIT_S, **kw)
-    x, y = (t[rank * micro * 3:(rank + 1) * micro * 3] for t in _batch(step, P * micro * 3, seed))
-    launches = []
-    for j in range(micro):
-        sync = j == micro - 1
-        with (dp.no_sync() if not sync else _Nothing()):
-            (dp(x[j * 3:(j + 1) * 3], y[j * 3:(j + 1) * 3])[1] / micro).backward()
-        launches.append(len(rec.launches))
-    dp.finish_gradient_synchronization()
-    launches.append(len(rec.launches))
-    grads = [p.grad for p in dp.module.parameters()]
-    return grads, launches, len(dp.buckets)
+    cap_mb, buckets = _cap_for(n_buckets)
+    x, y = _batch(step, P * micro * 3, seed)
+    key = (step, micro, seed)
+    if key not in _GPT_MEMO:  # the references first, before any student code ran on these rows
+        local = [_gpt_grads(x[r * micro * 3:(r + 1) * micro * 3], y[r * micro * 3:(r + 1) * micro * 3])
+                 for r in range(P)]
+        if all(torch.equal(a, b) for a, b in zip(*local)):  # else a dummy collective could look right
+            raise RuntimeError("suite bug: the ranks' rows give the same gradients")
+        _GPT_MEMO[key] = (_gpt_grads(x, y), local)
+    ref, local = _GPT_MEMO[key]
+    batches = [[{"args": (x[r * micro * 3 + 3 * j: r * micro * 3 + 3 * (j + 1)],
+                          y[r * micro * 3 + 3 * j: r * micro * 3 + 3 * (j + 1)]), "kwargs": {}}
+                for j in range(micro)] for r in range(P)]
+    cfg = _cfg()
+    send = dict(model="gpt", cfg=dict(vocab_size=cfg.vocab_size, block_size=cfg.block_size, n_layer=cfg.n_layer,
+                                      n_head=cfg.n_head, n_embd=cfg.n_embd),
+                init_seed=1, buckets=buckets, cap_mb=cap_mb, overlap=overlap, batches=batches,
+                watch=watch, trace=trace)
+    names = [n for n, _ in GPT(cfg).named_parameters()]
+    return Scenario(what, send, names, ref, local, buckets)
 
 
-class _Nothing:
-    def __enter__(self):
-        return self
+def _branchy_scenario(what: str, seed: int, *, overlap: bool) -> Scenario:
+    import torch
 
-    def __exit__(self, *exc):
+    from autograder.probes.a3_data_parallel import branchy_model  # the model both sides build
+    xs = torch.randn(P * 3, 5, generator=torch.Generator().manual_seed(seed))
+    ref = branchy_model()
+    (sum(ref(xs[r * 3:(r + 1) * 3], use_b=(r == 1)) for r in range(P)) / P).backward()
+    names = [n for n, _ in ref.named_parameters()]
+    synced = [p for p in ref.parameters() if p.requires_grad]
+    local = []
+    for r in range(P):
+        model = branchy_model()
+        model(xs[r * 3:(r + 1) * 3], use_b=(r == 1)).backward()
+        local.append([torch.zeros_like(p) if p.grad is None else p.grad.clone()
+                      for p in model.parameters() if p.requires_grad])
+    cap_mb = 1e-4
+    buckets = _reference_assign()(synced, max(1, int(cap_mb * 2**20)))
+    expected = [None if p.grad is None and not p.requires_grad else
+                (torch.zeros_like(p) if p.grad is None else p.grad.clone()) for p in ref.parameters()]
+    send = dict(model="branchy", buckets=buckets, cap_mb=cap_mb, overlap=overlap,
+                batches=[[{"args": (xs[r * 3:(r + 1) * 3],), "kwargs": {"use_b": r == 1}}] for r in range(P)])
+    return Scenario(what, send, names, expected, local, buckets,
+                    frozen={"frozen.weight", "frozen.bias"}, zero={"never.weight", "never.bias"})
+
+
+def _plan(seed: int) -> dict[str, list[Scenario]]:
+    """Each distributed check's scenarios, in the order the ranks run them."""
+    plan = {C_SYNC: [_gpt_scenario(f"{n} bucket(s), step {step}, overlap=False", seed, n_buckets=n, step=step,
+                                   overlap=False) for n in (1, 2, 3) for step in range(2)],
+            C_ONCE: [_gpt_scenario(f"3 buckets, overlap={overlap}", seed, n_buckets=3, overlap=overlap)
+                     for overlap in (False, True)],
+            C_UNUSED: [_branchy_scenario("frozen, unused and one-rank parameters, overlap=False", seed,
+                                         overlap=False)],
+            C_OVERLAP: [_gpt_scenario("3 buckets, overlap=True", seed, n_buckets=3, watch=True, trace=True)],
+            C_HOOKED: [_gpt_scenario(f"overlap=True, step {step}", seed, n_buckets=2, step=step)
+                       for step in range(2)],
+            C_NOSYNC: [_gpt_scenario("4 micro-steps (3 inside no_sync)", seed, n_buckets=3, micro=4)],
+            C_UNUSED_HOOKED: [_branchy_scenario("frozen, unused and one-rank parameters, overlap=True", seed,
+                                                overlap=True)]}
+    assert list(plan) == list(DDP_CHECKS)
+    return plan
+
+
+# ---------------------------------------------------------------- judging one rank's outputs
+
+def _close(got, want, *, what: str) -> bool:
+    """True when `got` is a tensor like `want` within RTOL; AssertionError names the difference."""
+    checks.assert_close(got, want, rtol=RTOL, what=what)
+    return True
+
+
+def _matches(launch, want) -> bool:
+    import torch
+    data = launch.get("data") if isinstance(launch, dict) else None
+    if not isinstance(data, torch.Tensor) or data.shape != want.shape or data.dtype != want.dtype:
+        return False
+    try:
+        return _close(data, want, what="")
+    except AssertionError:
         return False
 
 
-def _compare(grads, ref, what: str) -> None:
-    from scaletrain.models import GPT
-    names = [n for n, _ in GPT(_cfg()).named_parameters()]
-    for name, g, r in zip(names, grads, ref):
-        assert g is not None, f"{what}: {name}.grad is None after finish_gradient_synchronization()"
-        scale = float(r.abs().max())
-        if scale > 0 and float((g - P * r).abs().max()) <= 1e-4 * P * scale:
-            raise AssertionError(f"{what}: {name}.grad is {P}x the mean gradient: the allreduce sums, "
-                                 "divide each bucket by dp_world_size")
-        checks.assert_close(g, r, rtol=RTOL, what=f"{what}: {name}.grad")
-
-
-def _check_sync(dpm, rank, seed):
-    for n_buckets in (1, 2, 3):
-        for step in range(2):
-            ref = _reference_grads(step, 1, seed)
-            grads, _, got = _dp_grads(dpm, rank, step, seed, bucket_cap_mb=_cap_mb_for(n_buckets), overlap=False)
-            assert got == n_buckets, f"suite expected {n_buckets} buckets, DataParallel made {got}"
-            _compare(grads, ref, f"{n_buckets} bucket(s), step {step}, overlap=False")
-
-
-def _check_once(dpm, rank, seed):
-    for overlap in (False, True):
-        _, launches, n = _dp_grads(dpm, rank, 0, seed, bucket_cap_mb=_cap_mb_for(3), overlap=overlap)
-        assert launches[-1] == n, (f"overlap={overlap}: {launches[-1]} allreduces in one step for {n} buckets; "
-                                   "launch each bucket exactly once")
-
-
-def _branchy():
+def _bucket_launches(sc: Scenario, out: dict, rank: int) -> list[int | None]:
+    """For each bucket, the index of the first launched allreduce that carried exactly this rank's
+    local gradients of that bucket (None: none did)."""
     import torch
-    import torch.nn as nn
-
-    class Branchy(nn.Module):
-        def __init__(self):
-            super().__init__()
-            gen = torch.Generator().manual_seed(3)
-            self.frozen, self.trunk = nn.Linear(5, 7), nn.Linear(7, 7)
-            self.head_a, self.head_b, self.never = nn.Linear(7, 3), nn.Linear(7, 3), nn.Linear(3, 3)
-            with torch.no_grad():
-                for p in self.parameters():
-                    p.copy_(torch.randn(p.shape, generator=gen))
-            self.frozen.requires_grad_(False)
-
-        def forward(self, x, use_b):
-            h = torch.tanh(self.trunk(self.frozen(x)))
-            return (self.head_a(h) + (self.head_b(h) if use_b else 0.0)).pow(2).mean()
-    return Branchy
+    launches, used, found = out["launches"], set(), []
+    for members in sc.buckets:
+        want = torch.cat([sc.local[rank][i].reshape(-1) for i in members])
+        j = next((j for j, launch in enumerate(launches) if j not in used and _matches(launch, want)), None)
+        if j is not None:
+            used.add(j)
+        found.append(j)
+    return found
 
 
-def _check_unused(dpm, rank, seed, overlap):
+def _outside(out: dict) -> str:
+    calls = out.get("outside") or {}
+    return ", ".join(f"{name} ×{n}" for name, n in sorted(calls.items()))
+
+
+def _through_launches(sc: Scenario, out: dict, rank: int) -> list[int | None]:
+    """Every bucket's local gradients went out through an allreduce DataParallel launched."""
+    found = _bucket_launches(sc, out, rank)
+    missing = [b for b, j in enumerate(found) if j is None]
+    if missing:
+        extra = f"; collectives outside it: {_outside(out)}" if out.get("outside") else ""
+        raise AssertionError(
+            f"{sc.what}: {len(missing)} of {len(sc.buckets)} buckets (first: bucket {missing[0]}) never went out "
+            f"through the allreduce DataParallel was given with this rank's gradients in them "
+            f"({len(out['launches'])} allreduces launched{extra}): launch each bucket's buffer, filled with its "
+            "gradients, with bucket.launch(self._allreduce)")
+    return found
+
+
+def _store_used(out: dict) -> None:
+    if out.get("store"):
+        raise Flagged(f"used the c10d store ({', '.join(sorted(set(map(str, out['store']))))}) inside "
+                      "DataParallel: the gradients must travel through the allreduce it is given")
+
+
+def _compare_grads(sc: Scenario, out: dict) -> None:
     import torch
-    branchy = _branchy()
-    xs = torch.randn(P * 3, 5, generator=torch.Generator().manual_seed(seed))
-    ref = branchy()
-    (sum(ref(xs[r * 3:(r + 1) * 3], use_b=(r == 1)) for r in range(P)) / P).backward()
-    dp = dpm.DataParallel(branchy(), bucket_cap_mb=1e-4, allreduce=_Recorder(), overlap=overlap, timeout_s=WAIT_S)
-    dp(xs[rank * 3:(rank + 1) * 3], use_b=(rank == 1)).backward()
-    dp.finish_gradient_synchronization()
-    m = dp.module
-    assert m.frozen.weight.grad is None, "a frozen parameter got a .grad: it must not be synchronized"
-    for name in ("trunk", "head_a", "head_b"):
-        checks.assert_close(getattr(m, name).weight.grad, getattr(ref, name).weight.grad, rtol=RTOL,
-                            what=f"{name}.weight.grad (head_b is used on rank 1 only)")
-    never = m.never.weight.grad
-    assert never is not None and not never.any(), \
-        "a parameter no rank used must end with a zero .grad (create it from the zero-filled slot)"
+    grads = out["grads"]
+    assert isinstance(grads, list) and len(grads) == len(sc.names), \
+        f"{sc.what}: {len(grads) if isinstance(grads, list) else '?'} gradients for {len(sc.names)} parameters"
+    for name, g, r in zip(sc.names, grads, sc.ref):
+        if name in sc.frozen:
+            assert g is None, f"{sc.what}: {name} is frozen and got a .grad: it must not be synchronized"
+            continue
+        assert g is not None, f"{sc.what}: {name}.grad is None after finish_gradient_synchronization()"
+        if name in sc.zero:
+            assert isinstance(g, torch.Tensor) and not g.any(), \
+                f"{sc.what}: a parameter no rank used must end with a zero .grad (create it from the zero-filled slot)"
+            continue
+        if isinstance(g, torch.Tensor) and g.shape == r.shape:
+            scale = float(r.abs().max())
+            if scale > 0 and float((g.double() - P * r.double()).abs().max()) <= 1e-4 * P * scale:
+                raise AssertionError(f"{sc.what}: {name}.grad is {P}x the mean gradient: the allreduce sums, "
+                                     "divide each bucket by dp_world_size")
+        checks.assert_close(g, r, rtol=RTOL, what=f"{sc.what}: {name}.grad")
 
 
-def _check_overlap(dpm, rank, seed):
-    from scaletrain.models import GPT
-    rec = _Recorder()
-    dp = dpm.DataParallel(rec.watch(GPT(_cfg(), seed=1 + rank)), bucket_cap_mb=_cap_mb_for(3),
-                          allreduce=rec, timeout_s=WAIT_S)
-    x, y = (t[rank * 3:(rank + 1) * 3] for t in _batch(0, P * 3, seed))
-    dp(x, y)[1].backward()
-    early = sum(1 for t in rec.launches if t < rec.grads[-1])
-    dp.finish_gradient_synchronization()
-    assert early >= len(dp.buckets) - 1, (
-        f"{early} of {len(dp.buckets)} allreduces started before the last gradient of backward arrived; "
-        f"expected {len(dp.buckets) - 1}: launch each bucket from the gradient hook as soon as it is full")
+def _judge_sync(sc, out, rank):
+    assert out["n_buckets"] == len(sc.buckets), \
+        f"suite expected {len(sc.buckets)} buckets, DataParallel made {out['n_buckets']}"
+    _compare_grads(sc, out)
+    _through_launches(sc, out, rank)
 
 
-def _check_hooked(dpm, rank, seed):
-    for step in range(2):
-        ref = _reference_grads(step, 1, seed)
-        grads, _, _ = _dp_grads(dpm, rank, step, seed, bucket_cap_mb=_cap_mb_for(2))
-        _compare(grads, ref, f"overlap=True, step {step}")
+def _judge_once(sc, out, rank):
+    n, launched = len(sc.buckets), out["launched_after"][-1]
+    assert launched == n, (f"{sc.what}: {launched} allreduces in one step for {n} buckets; "
+                           "launch each bucket exactly once")
+    found = _through_launches(sc, out, rank)
+    assert found == list(range(n)), (f"{sc.what}: the allreduces carried the buckets in the order {found}; "
+                                     "launch bucket 0 first, then 1, ...")
+    assert not out.get("outside"), (f"{sc.what}: collectives besides the buckets' allreduces ran during the step "
+                                    f"({_outside(out)}); only the allreduce DataParallel is given may communicate")
 
 
-def _check_no_sync(dpm, rank, seed):
-    ref = _reference_grads(0, 4, seed)
-    grads, launches, n = _dp_grads(dpm, rank, 0, seed, micro=4, bucket_cap_mb=_cap_mb_for(3))
-    assert launches[2] == 0, f"{launches[2]} allreduces during the 3 micro-steps inside no_sync(): expected none"
-    assert launches[-1] == n, f"{launches[-1]} allreduces in the synchronized step for {n} buckets"
-    _compare(grads, ref, "4 micro-steps (3 inside no_sync)")
+def _judge_unused(sc, out, rank):
+    _compare_grads(sc, out)
+    _through_launches(sc, out, rank)
 
 
-_DDP_CHECKS = {
-    C_SYNC: _check_sync, C_ONCE: _check_once,
-    C_UNUSED: lambda dpm, r, s: _check_unused(dpm, r, s, overlap=False),
-    C_OVERLAP: _check_overlap, C_HOOKED: _check_hooked, C_NOSYNC: _check_no_sync,
-    C_UNUSED_HOOKED: lambda dpm, r, s: _check_unused(dpm, r, s, overlap=True),
-}
+def _judge_overlap(sc, out, rank):
+    n, times = len(sc.buckets), out["grad_times"]
+    assert times, f"{sc.what}: the grader's own gradient hooks never ran"
+    found = _through_launches(sc, out, rank)
+    last = max(times)
+    early = sum(1 for j in found if out["launches"][j]["t"] < last)
+    dummies = sum(1 for j, launch in enumerate(out["launches"]) if j not in found and launch["t"] < last)
+    note = f" ({dummies} allreduces launched earlier carried something else)" if dummies else ""
+    assert early >= n - 1, (
+        f"{early} of {n} buckets went out before the last gradient of backward arrived; expected {n - 1}: "
+        f"launch each bucket from the gradient hook as soon as it is full{note}")
 
 
-def _where(exc: BaseException) -> str:
-    folder = checks.submission_dir()
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve().parent == folder]
-    return f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+def _judge_hooked(sc, out, rank):
+    _compare_grads(sc, out)
+    _through_launches(sc, out, rank)
 
 
-def _ddp_rank(rank: int, world_size: int, seed: int) -> dict:
-    """Every distributed check on this rank: {check name: None (passed) or (exception type, message)}."""
-    dpm = checks.student_module("dp_data_parallel")
-    out = {}
-    for name, fn in _DDP_CHECKS.items():
-        try:
-            with checks.forbid_calls("torch.nn.parallel.DistributedDataParallel", modules=(dpm,)):
-                fn(dpm, rank, seed)
-            out[name] = None
-        except Exception as exc:  # noqa: BLE001 - each check's failure is reported on its own
-            first = str(exc).splitlines()[0] if str(exc) else ""
-            out[name] = (type(exc).__name__, f"rank {rank}: {first}{_where(exc)}")
-    return out
+def _judge_no_sync(sc, out, rank):
+    n = len(sc.buckets)
+    launched, outside = out["launched_after"], out["outside_after"]
+    assert launched[2] == 0 and outside[2] == 0, (
+        f"{launched[2]} allreduces (and {outside[2]} other collectives) during the 3 micro-steps inside "
+        "no_sync(): expected none")
+    assert launched[-1] == n, f"{launched[-1]} allreduces in the synchronized step for {n} buckets"
+    _compare_grads(sc, out)
+    _through_launches(sc, out, rank)
 
 
-def _preflight(dpm) -> NotImplementedError | None:
-    """One step with overlap=False on a 1-rank group in this process: an untouched task 3.2 (which
-    every distributed check needs) is reported at once, without starting ranks."""
-    import tempfile
+_JUDGES = {C_SYNC: _judge_sync, C_ONCE: _judge_once, C_UNUSED: _judge_unused, C_OVERLAP: _judge_overlap,
+           C_HOOKED: _judge_hooked, C_NOSYNC: _judge_no_sync, C_UNUSED_HOOKED: _judge_unused}
 
-    import torch.distributed as dist
 
-    from scaletrain.models import GPT
-    with tempfile.TemporaryDirectory(prefix="a3-preflight-") as tmp:
-        dist.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=0, world_size=1)
-        try:
-            model = dpm.DataParallel(GPT(_cfg()), allreduce=_Recorder(), overlap=False, timeout_s=WAIT_S)
-            model(*_batch(0, 2, 0))[1].backward()
-            model.finish_gradient_synchronization()
-        except NotImplementedError as exc:
-            return exc
-        except Exception:  # noqa: BLE001 - anything else is reported by the real checks, with ranks
-            return None
-        finally:
-            dist.destroy_process_group()
+def _verdict(name: str, scenarios: list[Scenario], results, rank: int):
+    """None (passed) or (exception type name, message) for one check on one rank, the scenarios in
+    order: what a scenario raised in the worker, else what its outputs show."""
+    try:
+        assert isinstance(results, list), f"the ranks sent no outputs for {name!r}"
+        for i, sc in enumerate(scenarios):
+            assert i < len(results) and isinstance(results[i], dict), f"{sc.what}: no outputs came back"
+            if "raised" in results[i]:
+                kind, message, where = (str(x) for x in results[i]["raised"])
+                return kind, f"{message}{where}"
+            out = results[i]["ok"]
+            _store_used(out)
+            _JUDGES[name](sc, out, rank)
+    except (AssertionError, Flagged) as exc:
+        return type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "assertion failed"
+    except (KeyError, TypeError, IndexError, ValueError, AttributeError) as exc:
+        return "AssertionError", f"the outputs that came back are malformed ({type(exc).__name__}: {exc})"
     return None
 
 
 def group_ddp(ctx):
-    from scaletrain.launch import spawn
-    dpm = ctx.student("dp_data_parallel")  # a broken import fails here, for every check, with its line
-    failure = _preflight(dpm)
-    per_rank = None
-    if failure is None:
-        try:
-            per_rank = spawn(_ddp_rank, P, checks.trial_seeds(1, salt=33)[0], timeout_s=60)
-        except Exception as exc:  # noqa: BLE001 - reported inside every check below
-            failure = exc
-    ctx.report_ranks(_DDP_CHECKS, per_rank, failure)
+    import torch
+
+    from scaletrain.models import GPT, make_batch
+    start = time.monotonic()
+    torch.set_num_threads(1)
+    plan = _plan(checks.trial_seeds(1, salt=33)[0])   # every reference, before any student code runs
+    cfg, n_params = _cfg(), len(list(GPT(_cfg()).parameters()))
+    send = {"world_size": P, "wait_s": WAIT_S, "spawn_timeout_s": 60,
+            "checks": [(name, [sc.send for sc in scenarios]) for name, scenarios in plan.items()],
+            "preflight": dict(model="gpt", init_seed=0, buckets=[list(reversed(range(n_params)))],
+                              cfg=dict(vocab_size=cfg.vocab_size, block_size=cfg.block_size, n_layer=cfg.n_layer,
+                                       n_head=cfg.n_head, n_embd=cfg.n_embd),
+                              batch=tuple(make_batch(cfg, 2, seed=0)))}
+    failure, per_rank = None, None
+    try:
+        outputs = ctx.untrusted().call(f"{PROBE}:data_parallel", "dp_data_parallel", send,
+                                       timeout_s=max(20.0, ctx.timeout_s - (time.monotonic() - start) - 15))
+        if not (isinstance(outputs, list) and len(outputs) == P and all(isinstance(o, dict) for o in outputs)):
+            raise AssertionError(f"the ranks' outputs are malformed: {str(outputs)[:80]}")
+        per_rank = [{name: _verdict(name, scenarios, outputs[rank].get(name), rank)
+                     for name, scenarios in plan.items()} for rank in range(P)]
+    except Exception as exc:  # noqa: BLE001 - reported inside every check below
+        failure = exc
+    ctx.report_ranks(DDP_CHECKS, per_rank, failure)
