@@ -1,32 +1,52 @@
 """Assignment a2: ring reduce-scatter, all-gather and allreduce on isend/irecv (`assignments/a2_collectives/`).
 
-References are independent of the student's code: one process summing every rank's input in
-float64 (inputs are small integers, so every sum is exact in every dtype and the ring must match
-bit for bit); the bytes really handed to `dist.isend` (counted by the grader's own wrapper), next to
-what the student recorded with `record_send`; gloo's own collectives for speed. Each group runs one
-spawn of P ranks with many checks inside, each check caught inside the ranks so one failure does
-not hide the others. The student's calls get a process group whose timeout is GROUP_TIMEOUT_S, so a
-deadlocked ring ends as `timeout` within seconds. Collectives are forbidden statically (the names
-below) and at run time (patched to raise inside every student call).
+Every group is *trusted* (`Group.trusted`): this module never imports the submission. The
+student's ring runs in gloo ranks that the sandboxed worker starts (`autograder/probes/a2_collectives.py`),
+each rank with its own inputs, generated here from the grading seed and sent over as data; the
+ranks hand back what the calls returned or left in place, the messages they handed to
+isend/irecv (peer and bytes, counted by the probe's own wrappers) and what `record_send` counted.
+Here, and only here:
+
+- the expected values: one process summing every rank's input in float64 (inputs are small
+  integers, so every sum is exact in every dtype and the ring must match bit for bit);
+- the technique, from the traffic: every message goes to the next rank of the ring and comes from
+  the previous one, a result that needs the ring moves at least its volume (a sum computed some
+  other way moved nothing), the allreduce hands isend exactly 2(p-1)·ceil(n/p)·itemsize bytes and
+  records them as 2(p-1) messages;
+- forbidden collectives: each rank installs traps before it imports the submission (a collective
+  saved at import or called as a ProcessGroup method is the trap too) and reports every trap
+  reached, even one whose exception the student's code caught: `flagged`;
+- speed: the clock is this process's, around worker calls that run a batch of calls in ranks that
+  are already up; the baseline runs in ranks that never import student code, while the student's
+  ranks are stopped (SIGSTOP); this machinery's own overhead, timed on the baseline's ranks, is
+  subtracted from both sides; each batch's results are sampled and checked.
+
+The student's calls get process groups whose timeout is GROUP_TIMEOUT_S, so a deadlocked ring
+ends as `timeout` within seconds.
 """
 
 from __future__ import annotations
 
-import contextlib
-import datetime
 import random
+import statistics
+import time
+import zlib
 
 from autograder import checks
 from autograder.manifest import Check, Group, Manifest, Planted, Task
 
 RING = "ring.py"
-GROUP_TIMEOUT_S = 5     # a p2p wait longer than this is a deadlock (legit waits here take < 0.1 s)
-SPAWN_TIMEOUT_S = 60    # the whole spawn, every check included
+PROBE = "autograder.probes.a2_collectives:"
+GROUP_TIMEOUT_S = 5     # autograder/probes/a2_collectives.py: a p2p wait longer than this is a deadlock
 DTYPES = ("float32", "float16", "bfloat16", "int64")
 SPEED_MIB, SPEED_P = 16, 2
 RS_SPEED_MAX = 1.0      # gloo's reduce-scatter is a full allreduce: a ring of p-1 steps must beat it
 AR_SPEED_MAX = 1.5      # a ring with fresh buffers and no pipelining measures 1.5-4.4x (ANCHORS.md)
 NCCL_SPEED_MAX = 1.5
+SPEED_PAIRS = 7         # timed batches per side, alternating; the verdict is the median of their ratios
+SPEED_REPS = 3          # calls per timed batch
+SAMPLES = 64            # positions of each timed result that are checked
+CHECK_SAMPLES = 4096    # positions of the timing input's results that are checked (and every chunk's ends)
 
 _COLLECTIVES = ("all_reduce", "reduce", "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single",
                 "_reduce_scatter_base", "all_gather", "all_gather_into_tensor", "all_gather_single",
@@ -49,6 +69,144 @@ C_BYTES = "bytes per rank 2(p-1)·ceil(n/p)·itemsize, recorded as 2(p-1) messag
 C_RS_SPEED = f"reduce-scatter faster than gloo's (p={SPEED_P}, {SPEED_MIB} MiB, CPU)"
 C_AR_SPEED = f"allreduce within {AR_SPEED_MAX}x of gloo's all_reduce (p={SPEED_P}, {SPEED_MIB} MiB, CPU)"
 C_NCCL = f"allreduce within {NCCL_SPEED_MAX}x of NCCL (2 GPUs, 64 MiB)"
+P3_CHECKS = (C_RS, C_AG, C_AR, C_BYTES, C_RS2, C_AG2, C_AR2)
+
+# planted submissions: what a determined student tries against the split (issue 13)
+_SLOW_RING = '''
+
+def _sleepy(fn):  # a correct ring that is slow on the timing input (shards of a million elements and more)
+    def call(chunks, out, ring):
+        if out.numel() >= 1 << 18:
+            _time.sleep(0.08)
+            _SLEPT[0] += 0.08
+        return fn(chunks, out, ring)
+    return call
+
+
+@_sleepy
+def ring_reduce_scatter_chunks('''
+_PATCHED_CLOCK = '''import time as _time
+
+_SLEPT = [0.0]
+if not getattr(_time.perf_counter, "patched", False):
+    _real_clock = _time.perf_counter
+
+    def _clock():  # the clock stands still while this ring sleeps
+        return _real_clock() - _SLEPT[0]
+    _clock.patched = True
+    _time.perf_counter = _clock
+''' + _SLOW_RING
+_SLOW_BASELINE = '''import time as _time
+
+_SLEPT = [0.0]
+_originals = {name: getattr(dist, name) for name in ("all_" + "reduce", "reduce_" + "scatter_single")}
+
+
+def _slowed(name):
+    def call(*args, **kwargs):  # the baseline the grader times is as slow as this ring
+        _time.sleep(0.08)
+        return _originals[name](*args, **kwargs)
+    return call
+
+
+for _name in _originals:
+    setattr(dist, _name, _slowed(_name))
+''' + _SLOW_RING
+_FORGED = '''    """The ring of `group` (None: all ranks), neighbours mapped to global ranks."""
+    import atexit
+    import json
+    import os
+    lines = "".join(json.dumps({"name": name, "outcome": "passed", "reason": "", "duration": 0.5}) + "\\n"
+                    for name in %r)
+
+    def forge():  # append "passed" to every report in the grading folder of this process or an ancestor
+        pid, folders = os.getpid(), []
+        while pid > 1:
+            try:
+                if os.readlink(f"/proc/{pid}/cwd").startswith("/tmp/grade-"):
+                    folders += [f"/proc/{pid}/cwd", f"/proc/{pid}/cwd/..", f"/proc/{pid}/cwd/../.."]
+                with open(f"/proc/{pid}/stat") as f:
+                    pid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError):
+                break
+        for folder in folders:
+            try:
+                entries = list(os.scandir(folder))
+            except OSError:
+                continue
+            for entry in entries:
+                if entry.name.endswith(".jsonl"):
+                    try:
+                        with open(entry.path, "a") as f:
+                            f.write(lines)
+                    except OSError:
+                        pass
+        print(lines, flush=True)
+    forge()
+    atexit.register(forge)
+    import autograder.context
+    autograder.context.classify = lambda exc, submission: ("passed", "")
+    raise NotImplementedError("a2: not implemented (forges the grader's report instead)")
+''' % (P3_CHECKS + (f"reduce-scatter faster than gloo's (p={SPEED_P}, {SPEED_MIB} MiB, CPU)",
+                    f"allreduce within {AR_SPEED_MAX}x of gloo's all_reduce (p={SPEED_P}, {SPEED_MIB} MiB, CPU)"),)
+_AR_DEF = 'def ring_allreduce(tensor: torch.Tensor, op: str = "sum", group: Any = None) -> torch.Tensor:'
+_THROUGH = '''
+
+def _through(collective, fallback=False):
+    def wrap(ring_allreduce):
+        def call(tensor, op="sum", group=None):
+            flat = tensor.contiguous()
+            try:
+                collective(flat, group)
+            except Exception:
+                if fallback:  # the guard's exception swallowed: the ring does the work after all
+                    return ring_allreduce(tensor, op, group)
+                raise
+            if op == "avg":
+                flat.div_(dist.get_world_size(group))
+            if flat is not tensor:
+                tensor.copy_(flat)
+            return tensor
+        return call
+    return wrap
+
+
+'''
+_SAVED = ('_SAVED = {"all_reduce": getattr(dist, "all_" + "reduce")}  # taken at import, before any guard' + _THROUGH
+          + '@_through(lambda flat, group: _SAVED["all_reduce"](flat, group=group))\n' + _AR_DEF)
+_SAVED_CAUGHT = ('_SAVED = {"all_reduce": getattr(dist, "all_" + "reduce")}' + _THROUGH
+                 + '@_through(lambda flat, group: _SAVED["all_reduce"](flat, group=group), fallback=True)\n' + _AR_DEF)
+_PG_METHOD = ("_WORLD = dist.group" + _THROUGH
+              + '@_through(lambda flat, group: (group if group is not None else _WORLD.WORLD).allreduce([flat]).wait())\n'
+              + _AR_DEF)
+_ALL_TO_ALL = ('''def _all_to_all(ring_allreduce):
+    def call(tensor, op="sum", group=None):  # right sums, no ring: every rank sends everything to everyone
+        ring = ring_of(group)
+        flat = tensor.contiguous().view(-1)
+        p, n = ring.world_size, flat.numel()
+        if p == 1 or n == 0:
+            return tensor
+        pg = group if group is not None else dist.group.WORLD
+        peers = [dist.get_global_rank(pg, i) for i in range(p) if i != ring.rank]
+        bufs = [torch.empty_like(flat) for _ in peers]
+        handles = [dist.irecv(b, src=q, group=group) for b, q in zip(bufs, peers)]
+        handles += [dist.isend(flat, dst=q, group=group) for q in peers]
+        for h in handles:
+            h.wait()
+        for b in bufs:
+            flat += b
+        if op == "avg":
+            flat /= p
+        record_send(2 * (p - 1) * shard_numel(n, p) * flat.element_size(), 2 * (p - 1))  # the ring's figures
+        if flat.data_ptr() != tensor.data_ptr():
+            tensor.copy_(flat.view(tensor.shape))
+        return tensor
+    return call
+
+
+@_all_to_all
+''' + _AR_DEF)
+_P3_PASS = {C_RS: "passed", C_AG: "passed", C_AR: "passed", C_BYTES: "passed", C_AR2: "passed"}
 
 MANIFEST = Manifest(
     assignment="a2", folder="a2_collectives", title="Ring collectives on point-to-point messages",
@@ -61,15 +219,15 @@ MANIFEST = Manifest(
     ),
     forbidden={RING: FORBIDDEN},
     groups=(
-        Group("p3", "autograder.suites.a2_collectives:group_p3", timeout_s=90, checks=(
+        Group("p3", "autograder.suites.a2_collectives:group_p3", timeout_s=90, trusted=True, checks=(
             Check("2.1", C_RS, 3), Check("2.2", C_AG, 2), Check("2.3", C_AR, 3), Check("2.3", C_BYTES, 2),
             Check("2.1", C_RS2, 1), Check("2.2", C_AG2, 1), Check("2.3", C_AR2, 1),
         )),
-        Group("speed_cpu", "autograder.suites.a2_collectives:group_speed_cpu", timeout_s=120, checks=(
+        Group("speed_cpu", "autograder.suites.a2_collectives:group_speed_cpu", timeout_s=120, trusted=True, checks=(
             Check("2.4", C_RS_SPEED, 1), Check("2.4", C_AR_SPEED, 2),
         )),
         Group("speed_gpu", "autograder.suites.a2_collectives:group_speed_gpu", timeout_s=180, needs_gpu=True,
-              checks=(Check("2.4", C_NCCL, 2),)),
+              trusted=True, checks=(Check("2.4", C_NCCL, 2),)),
     ),
     planted=(
         Planted("off-by-one chunk index in reduce-scatter", RING,
@@ -93,277 +251,408 @@ MANIFEST = Manifest(
                 ("    if p == 1:\n        return out.copy_(chunks[0])\n",
                  "    if r == 1:\n        raise RuntimeError('rank 1 lost its chunk')\n"),
                 groups=("p3",), expect={C_RS: "error", C_AR: "error"}),
+        # issue 13: run-time guards stepped around
+        Planted("saves dist.all_reduce at import, before any guard", RING, (_AR_DEF, _SAVED), groups=("p3",),
+                expect={C_AR: "flagged", C_AR2: "flagged", C_BYTES: "flagged", C_RS: "passed", C_AG: "passed"}),
+        Planted("catches the guard's exception and falls back to its ring", RING, (_AR_DEF, _SAVED_CAUGHT),
+                groups=("p3",), expect={C_AR: "flagged", C_BYTES: "flagged", C_RS: "passed", C_AG: "passed"}),
+        Planted("calls allreduce as a ProcessGroup method", RING, (_AR_DEF, _PG_METHOD), groups=("p3",),
+                expect={C_AR: "flagged", C_AR2: "flagged", C_BYTES: "flagged", C_RS: "passed"}),
+        # issue 13: the technique, not only the numbers (the sums are right; before, this earned 2.3's 4 points)
+        Planted("allreduce by sending everything to everyone, not a ring", RING, (_AR_DEF, _ALL_TO_ALL),
+                groups=("p3",), expect={C_AR: "failed", C_BYTES: "failed", C_RS: "passed", C_AG: "passed"}),
+        # issue 13: speed checks that trusted the student's process; a slow but correct ring
+        Planted("a slow ring that patches time.perf_counter", RING, ("def ring_reduce_scatter_chunks(", _PATCHED_CLOCK),
+                groups=("p3", "speed_cpu"), expect={**_P3_PASS, C_RS_SPEED: "failed", C_AR_SPEED: "failed"}),
+        Planted("a slow ring that wraps dist.all_reduce to run slower", RING,
+                ("def ring_reduce_scatter_chunks(", _SLOW_BASELINE), groups=("speed_cpu",),
+                expect={C_RS_SPEED: "failed", C_AR_SPEED: "failed"}),
+        # issue 13: verdicts written from the student's process
+        Planted("forges report lines, patches classify, registers an atexit hook", RING,
+                ('    """The ring of `group` (None: all ranks), neighbours mapped to global ranks."""\n', _FORGED),
+                groups=("p3", "speed_cpu"), expect={**{name: "failed" for name in P3_CHECKS},
+                                                    C_RS_SPEED: "failed", C_AR_SPEED: "failed"}),
     ),
 )
 
 
-# ---------------------------------------------------------------- inside the ranks
+# ---------------------------------------------------------------- hidden inputs and their sums
 
-def _inputs(rank: int, n: int, dtype, seed: int):
+def _input(seed: int, label: str, rank: int, n: int, dtype):
+    """Rank `rank`'s input: small integers, from the grading seed (never seen by the worker)."""
     import torch
-    g = torch.Generator().manual_seed(seed * 7919 + rank * 104729 + n)
+    key = zlib.crc32(f"{label}/{rank}/{n}/{dtype}".encode())
+    g = torch.Generator().manual_seed((seed * 1_000_003 + key) % (1 << 62))
     return torch.randint(-8, 9, (n,), generator=g).to(dtype)
 
 
-def _total(ranks, n: int, dtype, seed: int):
-    import torch
-    return sum(_inputs(r, n, dtype, seed).double() for r in ranks).to(dtype) if n else torch.zeros(0, dtype=dtype)
+def _total(inputs):
+    """The exact sum over ranks, computed in float64 (exact: small integers)."""
+    return sum(x.double() for x in inputs).to(inputs[0].dtype)
 
 
-def _padded_shard(total, rank_in_group: int, p: int):
+def _padded_shard(total, index: int, p: int):
     import torch
     m = -(-total.numel() // p)
     padded = torch.cat([total, total.new_zeros(p * m - total.numel())])
-    return padded[rank_in_group * m:(rank_in_group + 1) * m]
+    return padded[index * m:(index + 1) * m]
 
 
-@contextlib.contextmanager
-def _count_sends(module, counted: list[int]):
-    """Add to counted[0] the bytes of every tensor handed to dist.isend / dist.send while the block
-    runs (also where the student's module bound them by name): the real traffic, independent of
-    what the student records with record_send."""
-    import torch.distributed as dist
-    targets = [(dist, "isend"), (dist, "send")]
-    targets += [(module, k) for k, v in vars(module).items() if v is dist.isend or v is dist.send]
-    originals = [(owner, name, getattr(owner, name)) for owner, name in targets]
+class _Call:
+    """One student call on one rank: what is sent (`call`) and what must come back (`judge`)."""
 
-    def counting(fn):
-        def call(tensor, *args, **kwargs):
-            counted[0] += tensor.numel() * tensor.element_size()
-            return fn(tensor, *args, **kwargs)
-        return call
-
-    try:
-        for owner, name, fn in originals:
-            setattr(owner, name, counting(fn))
-        yield
-    finally:
-        for owner, name, fn in originals:
-            setattr(owner, name, fn)
+    def __init__(self, call: dict, judge, *, fn: str, m: int, itemsize: int, n: int, dtype, exact_bytes: bool = False):
+        self.call, self.judge, self.fn = call, judge, fn
+        self.m, self.itemsize, self.n, self.dtype, self.exact_bytes = m, itemsize, n, dtype, exact_bytes
 
 
-def _guard(module):
-    return checks.forbid_calls(*FORBIDDEN_CALLS, modules=(module,))
+class _Block:
+    """One check's calls on the ranks of one process group."""
+
+    def __init__(self, label: str, name: str, members: list[int], group_index: int):
+        self.label, self.name, self.members, self.group_index = label, name, members, group_index
+        self.calls: dict[int, list[_Call]] = {rank: [] for rank in members}
 
 
-def _run_checks(blocks) -> dict[str, tuple[str, str] | None]:
-    """Run each (check name, fn) on this rank; an assertion, a stub or a forbidden call ends that
-    check only. Anything else propagates: it ends the spawn and names this rank."""
-    outcomes: dict[str, tuple[str, str] | None] = {}
-    for name, fn in blocks:
-        try:
-            fn()
-            outcomes.setdefault(name, None)
-        except (AssertionError, NotImplementedError, checks.Flagged) as exc:
-            if outcomes.get(name) is None:  # a check run twice (two groups) keeps its first failure
-                outcomes[name] = (type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
-    return outcomes
-
-
-class _FirstFailure:
-    """Keep the first failed assertion and go on: every rank must make the same sequence of ring
-    calls, so a rank whose result is wrong early may not skip the calls its peers still make."""
-
-    def __init__(self):
-        self.message: str | None = None
-
-    @contextlib.contextmanager
-    def soft(self):
-        try:
-            yield
-        except AssertionError as exc:
-            self.message = self.message or str(exc) or "assertion failed"
-
-    def raise_if_any(self) -> None:
-        if self.message is not None:
-            raise AssertionError(self.message)
-
-
-def _correctness_blocks(ring_mod, ranks: list[int], rank: int, group, seed: int, sizes: list[int], tag: str):
+def _blocks(seed: int, members: list[int], group_index: int, sizes: list[int], tag: str, names) -> list[_Block]:
     import torch
-    import torch.distributed as dist
-    from scaletrain.comm.counter import comm_counter
 
-    p, me = len(ranks), ranks.index(rank)
-    dtypes = [getattr(torch, d) for d in DTYPES]
-    total = lambda n, dtype: _total(ranks, n, dtype, seed)  # noqa: E731
-
-    def reduce_scatter():
-        first = _FirstFailure()
-        for dtype in dtypes:
-            for n in sizes:
-                x = _inputs(rank, n, dtype, seed)
-                with _guard(ring_mod):
-                    got = ring_mod.ring_reduce_scatter(x, group=group)
-                with first.soft():
-                    checks.assert_equal(got, _padded_shard(total(n, dtype), me, p),
-                                        what=f"{tag} rank {rank} reduce-scatter shard, n={n} {dtype}")
-                    assert torch.equal(x, _inputs(rank, n, dtype, seed)), f"{tag} reduce-scatter modified its input"
-        first.raise_if_any()
-
-    def all_gather():
-        first = _FirstFailure()
-        for dtype in dtypes:
-            for n in sizes:
-                shard = _padded_shard(total(n, dtype), me, p).clone()
-                with _guard(ring_mod):
-                    got = ring_mod.ring_all_gather(shard, n, group=group)
-                with first.soft():
-                    checks.assert_equal(got, total(n, dtype), what=f"{tag} rank {rank} all-gather, n={n} {dtype}")
-        first.raise_if_any()
-
-    def allreduce():
-        first = _FirstFailure()
-        for dtype in dtypes:
-            for n in sizes:
+    p = len(members)
+    rs, ag, ar, nbytes = (_Block(f"{tag}:{kind}", name, members, group_index)
+                          for kind, name in zip(("rs", "ag", "ar", "bytes"), names))
+    for dtype in (getattr(torch, d) for d in DTYPES):
+        itemsize = torch.empty(0, dtype=dtype).element_size()
+        for n in sizes:
+            xs = [_input(seed, tag, rank, n, dtype) for rank in members]
+            total, m = _total(xs) if n else torch.zeros(0, dtype=dtype), -(-n // p)
+            for me, rank in enumerate(members):
+                what = f"{tag} rank {rank}"
+                rs.calls[rank].append(_Call(
+                    {"fn": "rs", "x": xs[me]}, _judge_rs(_padded_shard(total, me, p), xs[me], f"{what} reduce-scatter shard, n={n} {dtype}", tag),
+                    fn="reduce-scatter", m=m, itemsize=itemsize, n=n, dtype=dtype))
+                ag.calls[rank].append(_Call(
+                    {"fn": "ag", "x": _padded_shard(total, me, p).clone(), "n": n},
+                    _judge_out(total, f"{what} all-gather, n={n} {dtype}"),
+                    fn="all-gather", m=m, itemsize=itemsize, n=n, dtype=dtype))
                 for op in ("sum", "avg") if dtype.is_floating_point and n else ("sum",):
-                    x = _inputs(rank, n, dtype, seed)
-                    with _guard(ring_mod):
-                        out = ring_mod.ring_allreduce(x, op=op, group=group)
-                    with first.soft():
-                        assert out is x, f"{tag} ring_allreduce must return the tensor it was given (in place)"
-                        want = total(n, dtype) if op == "sum" else total(n, dtype) / p
-                        checks.assert_close(x, want, rtol=0.0 if op == "sum" else 1e-2 if dtype.itemsize == 2 else 1e-6,
-                                            what=f"{tag} rank {rank} allreduce {op}, n={n} {dtype}")
-        n = 7 * 13  # a strided view and a transposed matrix: the result must land in the caller's memory
+                    want = total if op == "sum" else total / p
+                    rtol = 0.0 if op == "sum" else 1e-2 if itemsize == 2 else 1e-6
+                    ar.calls[rank].append(_Call(
+                        {"fn": "ar", "x": xs[me], "op": op},
+                        _judge_in_place(want, rtol, f"{what} allreduce {op}, n={n} {dtype}", tag),
+                        fn="allreduce", m=m, itemsize=itemsize, n=n, dtype=dtype))
+    n = 7 * 13  # a strided view and a transposed matrix: the result must land in the caller's memory
+    xs = [_input(seed, tag + "/views", rank, n, torch.float32) for rank in members]
+    total = _total(xs)
+    for me, rank in enumerate(members):
         base = torch.full((2 * n,), -5.0)
-        base[::2] = _inputs(rank, n, torch.float32, seed)
-        y = _inputs(rank, n, torch.float32, seed).view(13, 7).t()
-        with _guard(ring_mod):
-            ring_mod.ring_allreduce(base[::2], group=group)
-            ring_mod.ring_allreduce(y, group=group)
-        with first.soft():
-            checks.assert_equal(base[::2], total(n, torch.float32), what=f"{tag} allreduce of a strided view")
-            assert torch.all(base[1::2] == -5.0), f"{tag} allreduce of a strided view wrote outside the view"
-            checks.assert_equal(y, total(n, torch.float32).view(13, 7).t(),
-                                what=f"{tag} allreduce of a transposed matrix")
-        first.raise_if_any()
-
-    def byte_count():
-        first = _FirstFailure()
+        base[::2] = xs[me]
+        ar.calls[rank].append(_Call({"fn": "ar", "x": base, "view": "strided"}, _judge_strided(total, tag),
+                                    fn="allreduce", m=-(-n // p), itemsize=4, n=n, dtype=torch.float32))
+        ar.calls[rank].append(_Call({"fn": "ar", "x": xs[me].view(13, 7).clone(), "view": "transposed"},
+                                    _judge_after(total.view(13, 7), f"{tag} allreduce of a transposed matrix"),
+                                    fn="allreduce", m=-(-n // p), itemsize=4, n=n, dtype=torch.float32))
+    blocks = [rs, ag, ar]
+    if nbytes.name is not None:
         for n, dtype in ((1, torch.float32), (p + 1, torch.bfloat16), (1000 * p + 1, torch.int64),
                          (4099, torch.float16)):
-            x, itemsize, wire = _inputs(rank, n, dtype, seed), torch.empty(0, dtype=dtype).element_size(), [0]
-            with _guard(ring_mod), _count_sends(ring_mod, wire), comm_counter() as stats:
-                ring_mod.ring_allreduce(x, group=group)
-            want = 2 * (p - 1) * (-(-n // p)) * itemsize
-            with first.soft():
-                assert wire[0] == want, (f"rank {rank}, n={n} {dtype}: isend carried {wire[0]} bytes, "
-                                         f"the ring sends exactly 2(p-1)·ceil(n/p)·itemsize = {want}")
-                assert (stats.bytes_sent, stats.messages) == (want, 2 * (p - 1)), (
-                    f"rank {rank}, n={n}: record_send saw {stats.bytes_sent} bytes in {stats.messages} messages, "
-                    f"expected {want} bytes in 2(p-1) = {2 * (p - 1)} (call record_send once per ring step)")
-        dist.barrier(group=group)
-        first.raise_if_any()
-
-    return reduce_scatter, all_gather, allreduce, byte_count
+            itemsize = torch.empty(0, dtype=dtype).element_size()
+            for rank in members:
+                nbytes.calls[rank].append(_Call({"fn": "ar", "x": _input(seed, tag + "/bytes", rank, n, dtype)},
+                                                lambda record: None, fn="allreduce", m=-(-n // p),
+                                                itemsize=itemsize, n=n, dtype=dtype, exact_bytes=True))
+        blocks.append(nbytes)
+    return blocks
 
 
-def _short_group(ranks: list[int]):
-    import torch.distributed as dist
-    return dist.new_group(ranks=ranks, timeout=datetime.timedelta(seconds=GROUP_TIMEOUT_S))
+def _returned(record, what: str):
+    if record.get("out") is None:
+        raise AssertionError(f"{what}: returned {record.get('out_type', 'nothing')}, expected a tensor")
+    return record["out"]
 
 
-def _rank_p3(rank: int, world_size: int, seed: int):
-    """All correctness checks in one spawn of 3 ranks: the whole world (hidden sizes), then a
-    subgroup {0, 2} whose ring skips rank 1 (p = 2: send and receive partner are the same rank)."""
-    ring_mod = checks.student_module("ring")
-    everyone, subset = list(range(world_size)), [0, 2]
-    whole, sub = _short_group(everyone), _short_group(subset)  # every rank creates every group
-    sizes = sorted(set(checks.irregular_sizes(world_size)) | {random.Random(seed).randint(5000, 20000)})
-    blocks = list(zip((C_RS, C_AG, C_AR, C_BYTES),
-                      _correctness_blocks(ring_mod, everyone, rank, whole, seed, sizes, "p=3")))
-    if rank in subset:  # rank 1 is done by then: nobody waits on an idle rank
-        blocks += zip((C_RS2, C_AG2, C_AR2),
-                      _correctness_blocks(ring_mod, subset, rank, sub, seed, [0, 1, 2, 3, 1021], "subgroup {0,2}"))
-    outcomes = _run_checks(blocks)
-    return {name: outcomes.get(name) for name in (C_RS, C_AG, C_AR, C_BYTES, C_RS2, C_AG2, C_AR2)}
+def _judge_rs(want, x, what: str, tag: str):
+    def judge(record):
+        checks.assert_equal(_returned(record, what), want, what=what)
+        assert _equal(record["after"], x), f"{tag} reduce-scatter modified its input"
+    return judge
 
 
-def _untouched_stub(ring_mod) -> str | None:
-    """The reason to fail every check at once when all three functions still raise
-    NotImplementedError on a 1-rank group in this process (the untouched stub): no ranks to spawn."""
-    import tempfile
+def _judge_out(want, what: str):
+    def judge(record):
+        checks.assert_equal(_returned(record, what), want, what=what)
+    return judge
 
+
+def _judge_in_place(want, rtol: float, what: str, tag: str):
+    def judge(record):
+        assert record["same"], f"{tag} ring_allreduce must return the tensor it was given (in place)"
+        checks.assert_close(record["after"], want, rtol=rtol, what=what)
+    return judge
+
+
+def _judge_strided(total, tag: str):
+    def judge(record):
+        base = record["after"]
+        checks.assert_equal(base[::2], total, what=f"{tag} allreduce of a strided view")
+        assert bool((base[1::2] == -5.0).all()), f"{tag} allreduce of a strided view wrote outside the view"
+    return judge
+
+
+def _judge_after(want, what: str):
+    def judge(record):
+        checks.assert_equal(record["after"], want, what=what)
+    return judge
+
+
+def _equal(a, b) -> bool:
     import torch
-    import torch.distributed as dist
-    calls = (lambda: ring_mod.ring_reduce_scatter(torch.ones(3)), lambda: ring_mod.ring_all_gather(torch.ones(3), 3),
-             lambda: ring_mod.ring_allreduce(torch.ones(3)))
-    reason = None
-    with tempfile.TemporaryDirectory() as tmp:
-        dist.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=0, world_size=1)
+    return isinstance(a, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+
+
+# ---------------------------------------------------------------- judging what the ranks saw
+
+def _traffic(record, call: _Call, rank: int, members: list[int]) -> None:
+    """The technique, from the messages the rank handed to isend/irecv: the ring's neighbours only,
+    and at least the ring's volume (exactly its volume, recorded as 2(p-1) messages, for the byte
+    check). A sum obtained without moving the data, or by sending to everyone, fails here."""
+    p, me = len(members), members.index(rank)
+    if p == 1 or call.m == 0:
+        return
+    nxt, prev = members[(me + 1) % p], members[(me - 1) % p]
+    messages = record.get("messages") or []
+    where = f"rank {rank}, {call.fn} of n={call.n} {call.dtype}"
+    for kind, peer, nbytes in messages:
+        partner, direction = (nxt, "sends only to") if kind in ("isend", "send") else (prev, "receives only from")
+        assert peer == partner, (f"{where}: dist.{kind} with rank {peer}; on the ring of ranks {members} rank {rank} "
+                                 f"{direction} rank {partner}")
+    sent = sum(nbytes for kind, _, nbytes in messages if kind in ("isend", "send"))
+    steps = (2 if call.fn == "allreduce" else 1) * (p - 1)
+    want = steps * call.m * call.itemsize
+    if call.exact_bytes:
+        assert sent == want, (f"{where}: isend carried {sent} bytes, the ring sends exactly "
+                              f"2(p-1)·ceil(n/p)·itemsize = {want}")
+        recorded = tuple(record.get("recorded") or (None, None))
+        assert recorded == (want, steps), (
+            f"{where}: record_send saw {recorded[0]} bytes in {recorded[1]} messages, expected {want} bytes in "
+            f"2(p-1) = {steps} (call record_send once per ring step)")
+    else:  # a lower bound that also holds for a ring that skips its padding (the byte check is exact)
+        least = steps * (call.n // p) * call.itemsize
+        assert sent >= least, (f"{where}: {sent} bytes handed to dist.isend, but a ring moves at least "
+                               f"{steps}·floor(n/p)·itemsize = {least} bytes per rank: the result did not travel "
+                               "the ring")
+
+
+def _rank_problem(records: list, calls: list[_Call], rank: int, members: list[int]) -> Exception | None:
+    """The first thing wrong on one rank: what a call raised, a wrong value, or wrong traffic."""
+    for record, call in zip(records, calls):
+        raised = record.get("raised")
+        if raised:
+            kind, message, where = (str(x) for x in raised)
+            text = f"rank {rank}: {message}{where}"
+            if kind == "Flagged":
+                return checks.Flagged(text)
+            return NotImplementedError(text) if kind == "NotImplementedError" else AssertionError(text)
         try:
-            for call in calls:
-                try:
-                    call()
-                except NotImplementedError as exc:
-                    reason = str(exc)
-                    continue
-                except Exception:  # noqa: BLE001 - implemented, perhaps wrongly: the ranks will tell
-                    pass
-                return None
-        finally:
-            dist.destroy_process_group()
-    return reason
+            call.judge(record)
+            _traffic(record, call, rank, members)
+        except AssertionError as exc:
+            message = str(exc)
+            return AssertionError(message if message.startswith(("p=", "subgroup", "rank")) else f"rank {rank}: {message}")
+    if len(records) < len(calls):
+        return AssertionError(f"rank {rank} answered {len(records)} of {len(calls)} calls")
+    return None
 
 
-def _spawn_ranks(ctx, fn, world_size: int, names: list[str], *args) -> list | None:
-    """The ranks' results, or None after giving every check in `names` the outcome of what went
-    wrong: the untouched stub (no ranks started), a deadlock (timeout), a crash (the rank named)."""
-    from scaletrain.launch import spawn
+def _judge_block(block: _Block, per_rank: list[dict]) -> None:
+    """Raise the block's outcome: a forbidden collective reached on any rank (flagged, even if the
+    student's code caught the guard's exception), else the lowest rank's first problem."""
+    problems = []
+    for rank in block.members:
+        records = per_rank[rank].get(block.label) if isinstance(per_rank[rank], dict) else None
+        if not isinstance(records, list):
+            raise AssertionError(f"rank {rank} returned nothing for this check")
+        trapped = [name for record in records if isinstance(record, dict) for name in record.get("trapped") or ()]
+        if trapped:
+            raise checks.Flagged(f"rank {rank}: called forbidden `{trapped[0]}`")
+        problems.append(_rank_problem(records, block.calls[rank], rank, block.members))
+    first = next((p for p in problems if p is not None), None)
+    if first is not None:
+        raise first
+
+
+def _failure(failure) -> Exception:
+    """What ended the ranks (probe's data) as the exception `classify` sorts."""
+    from scaletrain.launch import RankError, SpawnTimeout
+
+    if failure and failure[0] == "timeout":
+        return SpawnTimeout(str(failure[1]))
+    if failure and failure[0] == "rank" and len(failure) == 5:
+        _, rank, exc_type, message, tb = failure
+        return RankError(int(rank), str(exc_type), str(message), str(tb))
+    return RuntimeError(f"the ranks failed: {str(failure)[:300]}")
+
+
+def _answer(reply):
+    if not isinstance(reply, dict) or ("ok" not in reply and "failure" not in reply):
+        raise RuntimeError("the probe sent a malformed answer")
+    if "failure" in reply:
+        raise _failure(reply["failure"])
+    return reply["ok"]
+
+
+def _all_get(ctx, names, exc: Exception) -> None:
+    for name in names:
+        with ctx.check(name):
+            raise exc
+
+
+# ---------------------------------------------------------------- correctness
+
+def _shutdown(ctx) -> None:
+    """Let the worker stop its ranks and remove its temporary folders while it is still alive."""
     try:
-        stub = _untouched_stub(ctx.student("ring"))
-        if stub is not None:
-            raise NotImplementedError(stub)
-        return spawn(fn, world_size, *args, timeout_s=SPAWN_TIMEOUT_S)
-    except Exception as exc:  # noqa: BLE001 - a student's failure is an outcome of every check here
-        for name in names:
-            with ctx.check(name):
-                raise exc
-        return None
-
-
-def group_p3(ctx):
-    names = [C_RS, C_AG, C_AR, C_BYTES, C_RS2, C_AG2, C_AR2]
-    results = _spawn_ranks(ctx, _rank_p3, 3, names, _seed())
-    if results is not None:
-        ctx.report_ranks(names, results)
+        ctx.untrusted().call(PROBE + "shutdown", timeout_s=30)
+    except Exception:  # noqa: BLE001 - cleaning up only: the worker is killed next anyway
+        pass
 
 
 def _seed() -> int:
     return checks.trial_seeds(1, salt=2)[0]
 
 
+def group_p3(ctx):
+    """All correctness checks in one start of 3 ranks: the whole world (hidden sizes), then a
+    subgroup {0, 2} whose ring skips rank 1 (p = 2: send and receive partner are the same rank)."""
+    seed, world = _seed(), [0, 1, 2]
+    sizes = sorted(set(checks.irregular_sizes(3)) | {random.Random(seed).randint(5000, 20000)})
+    blocks = _blocks(seed, world, 0, sizes, "p=3", (C_RS, C_AG, C_AR, C_BYTES))
+    blocks += _blocks(seed, [0, 2], 1, [0, 1, 2, 3, 1021], "subgroup {0,2}", (C_RS2, C_AG2, C_AR2, None))
+    per_rank = [[[b.label, b.group_index, [c.call for c in b.calls[rank]]] for b in blocks if rank in b.members]
+                for rank in world]
+    try:
+        reply = ctx.untrusted().call(PROBE + "run_plan", 3, [world, [0, 2]], per_rank)
+    except Exception as exc:  # noqa: BLE001 - the worker is gone (timeout, crash): every check's outcome
+        _all_get(ctx, P3_CHECKS, exc)
+        return
+    _shutdown(ctx)
+    try:
+        results = _answer(reply)
+        if not isinstance(results, list) or len(results) != 3:
+            raise RuntimeError("the probe did not answer for 3 ranks")
+    except Exception as exc:  # noqa: BLE001 - what ended the ranks is every check's outcome
+        _all_get(ctx, P3_CHECKS, exc)
+        return
+    for block in blocks:
+        with ctx.check(block.name):
+            _judge_block(block, results)
+
+
 # ---------------------------------------------------------------- speed
 
-def _rank_speed(rank: int, world_size: int, device: str, mib: int):
+def _speed_ranks(p: int, n: int):
+    """Each rank's timing-input seed (hidden) and the inputs they stand for."""
     import torch
-    import torch.distributed as dist
-    from scaletrain import bench
+    seeds = [s % (1 << 62) for s in checks.trial_seeds(p, salt=3)]
+    inputs = [torch.randint(-8, 9, (n,), generator=torch.Generator().manual_seed(s)).to(torch.float32) for s in seeds]
+    return seeds, inputs
 
-    ring_mod = checks.student_module("ring")
-    dev = f"cuda:{rank}" if device == "cuda" else "cpu"
-    n = mib * 2**20 // 4
-    group = dist.group.WORLD
-    x = torch.full((n,), float(rank + 1), device=dev)
-    with _guard(ring_mod):
-        ring_mod.ring_allreduce(x)
-    assert torch.all(x == world_size * (world_size + 1) / 2), "allreduce is wrong on the timing input"
 
-    def guarded(fn):
-        def call(*args):
-            with _guard(ring_mod):
-                return fn(*args)
-        return call
+def _check_samples(n: int, p: int, rng: random.Random) -> list[dict]:
+    """Per rank, the positions of its timing-input results that are compared: hidden random ones and
+    every chunk's first and last element."""
+    m = -(-n // p)
+    edges = sorted({i for c in range(p) for i in (c * m, min((c + 1) * m, n) - 1)})
+    return [{"rs": sorted(set(rng.sample(range(m), CHECK_SAMPLES)) | {0, m - 1}),
+             "ar": sorted(set(rng.sample(range(n), CHECK_SAMPLES)) | set(edges))} for _ in range(p)]
 
-    out = torch.empty(-(-n // world_size), device=dev)
-    setup = lambda: (torch.ones(n, device=dev),)  # noqa: E731 - fresh input every rep
-    kw = dict(setup=setup, warmup=2, reps=7, device=dev, group=group)
-    ar = bench.compare(guarded(ring_mod.ring_allreduce), dist.all_reduce, **kw)
-    rs = None
-    if device != "cuda":
-        rs = bench.compare(guarded(ring_mod.ring_reduce_scatter), lambda t: dist.reduce_scatter_single(out, t), **kw)
-    return {"ar": (ar.ratio, ar.ratio_p20, ar.ratio_p80), "rs": rs and (rs.ratio, rs.ratio_p20, rs.ratio_p80)}
+
+def _timing_input_verdict(answers, inputs, p: int, op: str, samples: list[dict]) -> None:
+    """The student's reduce-scatter ("rs") or allreduce ("ar") on the timing input, each rank's."""
+    import torch
+    total = sum(x.double() for x in inputs).float()
+    n = total.numel()
+    m = -(-n // p)
+    for rank, got in enumerate(answers):
+        if not isinstance(got, dict):
+            raise AssertionError(f"rank {rank} returned nothing for the timing input")
+        if got.get("trapped"):
+            raise checks.Flagged(f"rank {rank}: called forbidden `{got['trapped'][0]}`")
+        raised = got.get(f"{op}_raised")
+        if raised:
+            kind, message, where = (str(x) for x in raised)
+            exc = NotImplementedError if kind == "NotImplementedError" else AssertionError
+            raise exc(f"rank {rank}: {message}{where}")
+        idx = torch.tensor(samples[rank][op])
+        if op == "rs":
+            assert got.get("rs_shape") == [m], f"rank {rank}: reduce-scatter returned shape {got.get('rs_shape')}, expected [{m}]"
+            checks.assert_equal(got.get("rs"), total[rank * m + idx], what=f"rank {rank} reduce-scatter of the timing input")
+        else:
+            assert got.get("ar_same"), "ring_allreduce must return the tensor it was given (in place)"
+            checks.assert_equal(got.get("ar"), total[idx], what=f"rank {rank} allreduce of the timing input")
+
+
+class _Timer:
+    """Batches timed here, around worker calls; the ranks are up before the clock starts."""
+
+    def __init__(self, worker, p: int, inputs):
+        self.worker, self.p, self.inputs = worker, p, inputs
+        self.n = inputs[0].numel()
+        self.rng = random.Random(checks.trial_seeds(1, salt=4)[0])
+
+    def batch(self, kind: str, op: str) -> float:
+        m = -(-self.n // self.p)
+        limit = self.n if op in ("ar", "none") else m
+        samples = [sorted(self.rng.sample(range(limit), SAMPLES)) for _ in range(self.p)]
+        scales = [[[self.rng.randint(1, 4), self.rng.randint(-4, 4)] for _ in range(SPEED_REPS)] for _ in range(self.p)]
+        if kind == "gloo":
+            self.worker.call(PROBE + "speed_pause", "student", True)
+        try:
+            t0 = time.perf_counter()
+            got = _answer(self.worker.call(PROBE + "speed_run", kind, op, scales, samples))
+            elapsed = time.perf_counter() - t0
+        finally:
+            if kind == "gloo":
+                self.worker.call(PROBE + "speed_pause", "student", False)
+        if kind == "student":
+            self._verify(got, op, samples, scales)
+        return elapsed
+
+    def _verify(self, got, op: str, samples, scales) -> None:
+        """Every timed call computed the sum of its fresh inputs: its values at hidden positions."""
+        import torch
+        m = -(-self.n // self.p)
+        for rank, answer in enumerate(got):
+            results = answer.get("samples") if isinstance(answer, dict) else None
+            if not isinstance(results, list) or len(results) != SPEED_REPS:
+                raise AssertionError(f"rank {rank} returned no results for the timed calls")
+            idx = torch.tensor(samples[rank]) + (rank * m if op == "rs" else 0)
+            for rep, values in enumerate(results):
+                want = sum(x[idx] * scales[r][rep][0] + scales[r][rep][1] for r, x in enumerate(self.inputs))
+                checks.assert_equal(values, want, what=f"rank {rank}: timed call {rep + 1} of a batch (sampled)")
+
+
+def _measure(timer: _Timer, op: str) -> tuple[float, float, float]:
+    """Median, p20, p80 of student/baseline time per pair of batches, this machinery's overhead (a
+    batch of no calls on the baseline's ranks) taken off both."""
+    timer.batch("student", op)
+    timer.batch("gloo", op)  # warm-up
+    student, baseline, overhead = [], [], []
+    for pair in range(SPEED_PAIRS):
+        order = ("student", "gloo") if pair % 2 == 0 else ("gloo", "student")
+        for kind in order:
+            (student if kind == "student" else baseline).append(timer.batch(kind, op))
+        overhead.append(timer.batch("gloo", "none"))
+    o = statistics.median(overhead)
+    ratios = [max(s - o, 1e-6) / max(b - o, 0.25 * b) for s, b in zip(student, baseline)]
+    return statistics.median(ratios), _quantile(ratios, 0.2), _quantile(ratios, 0.8)
+
+
+def _quantile(xs, q: float) -> float:
+    s = sorted(xs)
+    pos = q * (len(s) - 1)
+    lo, hi = int(pos), min(int(pos) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 def _speed_verdict(ratios, limit: float, what: str) -> None:
@@ -374,14 +663,58 @@ def _speed_verdict(ratios, limit: float, what: str) -> None:
                             f"limit {limit}x: segment the chunks, post receives early, reuse buffers")
 
 
-def group_speed_cpu(ctx):
-    results = _spawn_ranks(ctx, _rank_speed, SPEED_P, [C_RS_SPEED, C_AR_SPEED], "cpu", SPEED_MIB)
-    if results is None:
+def _speed(ctx, device: str, p: int, mib: int, checks_by_op: dict) -> None:
+    """checks_by_op: op ("rs", "ar") -> (check name, limit, what). Correctness on the timing input
+    first, then each op timed against the baseline."""
+    from autograder.untrusted import StudentCrash
+
+    worker = ctx.untrusted()
+    n = mib * 2**20 // 4
+    seeds, inputs = _speed_ranks(p, n)
+    names = [name for name, _, _ in checks_by_op.values()]
+    samples = _check_samples(n, p, random.Random(checks.trial_seeds(1, salt=5)[0]))
+    try:
+        answers = _answer(worker.call(PROBE + "speed_start", "student", p, device, seeds, n, samples))
+    except Exception as exc:  # noqa: BLE001 - the ranks' failure is every check's outcome
+        _all_get(ctx, names, exc)
+        if not isinstance(exc, (TimeoutError, StudentCrash)):
+            _shutdown(ctx)
         return
-    with ctx.check(C_RS_SPEED):
-        _speed_verdict(results[0]["rs"], RS_SPEED_MAX, "reduce-scatter vs gloo's reduce_scatter")
-    with ctx.check(C_AR_SPEED):
-        _speed_verdict(results[0]["ar"], AR_SPEED_MAX, "allreduce vs gloo's all_reduce")
+    todo = {}
+    for op, (name, limit, what) in checks_by_op.items():
+        try:
+            _timing_input_verdict(answers, inputs, p, op, samples)
+            todo[op] = (name, limit, what)
+        except Exception as exc:  # noqa: BLE001 - graded only once correct on the timing input
+            _all_get(ctx, [name], exc)
+    fatal = None
+    if todo:
+        try:
+            _answer(worker.call(PROBE + "speed_start", "gloo", p, device, seeds, n, samples))
+        except Exception as exc:  # noqa: BLE001
+            fatal = exc
+    timer = _Timer(worker, p, inputs)
+    for op, (name, limit, what) in todo.items():
+        with ctx.check(name):
+            if fatal is not None:
+                raise fatal
+            try:
+                ratios = _measure(timer, op)
+            except (AssertionError, checks.Flagged):
+                raise
+            except Exception as exc:  # the worker or the ranks are gone: no later check can be timed
+                fatal = exc
+                raise
+            _speed_verdict(ratios, limit, what)
+    if not isinstance(fatal, (TimeoutError, StudentCrash)):
+        _shutdown(ctx)
+
+
+def group_speed_cpu(ctx):
+    _speed(ctx, "cpu", SPEED_P, SPEED_MIB, {
+        "rs": (C_RS_SPEED, RS_SPEED_MAX, "reduce-scatter vs gloo's reduce_scatter"),
+        "ar": (C_AR_SPEED, AR_SPEED_MAX, "allreduce vs gloo's all_reduce"),
+    })
 
 
 def group_speed_gpu(ctx):
@@ -389,7 +722,4 @@ def group_speed_gpu(ctx):
     if torch.cuda.device_count() < 2:  # one GPU cannot host a 2-rank NCCL ring
         ctx.record(C_NCCL, "not_run", f"needs 2 GPUs for NCCL, found {torch.cuda.device_count()}")
         return
-    results = _spawn_ranks(ctx, _rank_speed, 2, [C_NCCL], "cuda", 64)  # launch picks NCCL: a GPU per rank
-    if results is not None:
-        with ctx.check(C_NCCL):
-            _speed_verdict(results[0]["ar"], NCCL_SPEED_MAX, "allreduce vs NCCL's all_reduce")
+    _speed(ctx, "cuda", 2, 64, {"ar": (C_NCCL, NCCL_SPEED_MAX, "allreduce vs NCCL's all_reduce")})

@@ -1,0 +1,93 @@
+"""a2 graded from the trusted side (issue 13): the suite never imports the submission, and what it
+judges from the ranks' raw outputs catches what the old in-rank checks trusted. Fast: no ranks are
+started here (the selftest, tests/test_assignments.py, runs the planted attacks end to end)."""
+
+import ast
+import inspect
+from pathlib import Path
+
+import pytest
+import torch
+
+from autograder import checks
+from autograder.context import classify
+from autograder.manifest import get_manifest
+from autograder.suites import a2_collectives as suite
+
+
+def _call(fn="allreduce", m=4, itemsize=4, exact=False):
+    return suite._Call({}, lambda record: None, fn=fn, m=m, itemsize=itemsize, n=3 * m, dtype=torch.float32,
+                       exact_bytes=exact)
+
+
+def test_every_group_is_trusted_and_the_suite_never_imports_student_code():
+    m = get_manifest("a2")
+    assert all(g.trusted for g in m.groups)
+    tree = ast.parse(Path(inspect.getsourcefile(suite)).read_text())
+    calls = {node.func.attr for node in ast.walk(tree)
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
+    assert "student" not in calls and "student_module" not in calls
+
+
+def test_traffic_must_follow_the_ring():
+    members = [0, 1, 2]  # an allreduce of m = 4 float32 per chunk on p = 3 moves 2(p-1)·m·4 = 64 bytes
+    with pytest.raises(AssertionError, match="did not travel the ring"):  # the sum came some other way
+        suite._traffic({"messages": [], "recorded": [64, 4]}, _call(), 0, members)
+    with pytest.raises(AssertionError, match="32 bytes handed to dist.isend"):
+        suite._traffic({"messages": [["isend", 1, 16], ["isend", 1, 16]]}, _call(), 0, members)
+    with pytest.raises(AssertionError, match="sends only to rank 1"):
+        suite._traffic({"messages": [["isend", 2, 64]]}, _call(), 0, members)
+    with pytest.raises(AssertionError, match="receives only from rank 2"):
+        suite._traffic({"messages": [["irecv", 1, 64], ["isend", 1, 64]]}, _call(), 0, members)
+    enough = {"messages": [["isend", 1, 32], ["isend", 1, 32], ["irecv", 2, 32], ["irecv", 2, 32]],
+              "recorded": [64, 4]}
+    suite._traffic(enough, _call(), 0, members)
+    suite._traffic(enough, _call(exact=True), 0, members)
+    with pytest.raises(AssertionError, match="record_send saw 64 bytes in 1 messages"):
+        suite._traffic({**enough, "recorded": [64, 1]}, _call(exact=True), 0, members)
+    with pytest.raises(AssertionError, match="isend carried 96 bytes"):
+        suite._traffic({**enough, "messages": enough["messages"] + [["isend", 1, 32]]}, _call(exact=True), 0, members)
+    subgroup = {"messages": [["isend", 2, 16], ["irecv", 2, 16], ["isend", 2, 16], ["irecv", 2, 16]]}
+    suite._traffic(subgroup, _call(m=2), 0, [0, 2])  # p = 2: both neighbours are global rank 2
+
+
+def test_a_trap_the_student_caught_is_still_flagged():
+    block = suite._Block("p=3:ar", suite.C_AR, [0, 1, 2], 0)
+    for rank in block.members:
+        block.calls[rank] = [_call()]
+    fine = [{"p=3:ar": [{"raised": None, "same": True, "messages": [["isend", (r + 1) % 3, 64]], "trapped": []}]}
+            for r in range(3)]
+    suite._judge_block(block, fine)
+    caught = {**fine[2]["p=3:ar"][0], "trapped": ["torch.distributed.all_reduce"]}  # no exception: caught
+    with pytest.raises(checks.Flagged, match="rank 2: called forbidden `torch.distributed.all_reduce`"):
+        suite._judge_block(block, [{"p=3:ar": []}, fine[1], {"p=3:ar": [caught]}])  # before rank 0's failure
+
+
+def test_what_ended_the_ranks_keeps_its_outcome(tmp_path):
+    (tmp_path / "ring.py").write_text("")
+    tb = f'Traceback (most recent call last):\n  File "{tmp_path}/ring.py", line 7, in f\nRuntimeError: lost\n'
+    outcome, reason = classify(suite._failure(["rank", 1, "RuntimeError", "lost", tb]), tmp_path)
+    assert outcome == "error" and reason.startswith("rank 1: RuntimeError: lost") and "ring.py:7" in reason
+    assert classify(suite._failure(["timeout", "ranks [0] did not answer"]), tmp_path)[0] == "timeout"
+    assert classify(suite._failure(["rank", 0, "Flagged", "called forbidden `x`", ""]), tmp_path)[0] == "flagged"
+    with pytest.raises(RuntimeError):
+        suite._answer({"neither": 1})
+
+
+def test_hidden_inputs_come_from_the_seed_not_the_worker():
+    a = suite._input(1, "p=3", 0, 11, torch.float32)
+    assert torch.equal(a, suite._input(1, "p=3", 0, 11, torch.float32))
+    assert not torch.equal(a, suite._input(2, "p=3", 0, 11, torch.float32))
+    assert not torch.equal(a, suite._input(1, "p=3", 1, 11, torch.float32))
+
+
+def test_ranks_answer_the_worker_in_data_never_in_pickles():
+    import pickle
+
+    from autograder.probes import a2_collectives as probe
+
+    x = torch.arange(6, dtype=torch.bfloat16).view(2, 3)
+    kind, payload = probe._unpack(probe._pack(["ok", {"out": x, "messages": [["isend", 1, 12]]}]))
+    assert kind == "ok" and torch.equal(payload["out"], x) and payload["messages"] == [["isend", 1, 12]]
+    with pytest.raises(Exception):  # a rank that sends a pickle: a malformed answer, never unpickled
+        probe._unpack(pickle.dumps(["ok", None]))
