@@ -43,6 +43,7 @@ from autograder.manifest import REPO
 
 PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 4, 24, 38
 _SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
+EXIT_GRACE_S = 2.0                 # a closed worker's time to exit by itself
 WORKER_TMP = "/tmp"                 # where workers get their folders (reachable by any account)
 BUILD_ENV = "AUTOGRADER_BUILD"     # the grading build of the library, made by grade.py for the group
 
@@ -79,7 +80,7 @@ class Untrusted:
         """The outputs of `probe(*args, **kwargs)` run in the worker; raises what the student's
         code raised (rebuilt), TimeoutError, or StudentCrash."""
         if self._proc is None:
-            self._start()
+            self.start()
         limit = self.timeout_s if timeout_s is None else timeout_s
         try:
             wire.send(self._to, {"probe": probe, "args": list(args), "kwargs": kwargs})
@@ -100,7 +101,9 @@ class Untrusted:
             raise _remote_exception(answer["raised"])
         return answer["ok"]
 
-    def _start(self) -> None:
+    def start(self) -> None:
+        """Start the worker now (a call starts it when needed). Start it before the trusted side
+        has threads of its own: the worker is forked with a preexec_fn, which threads make unsafe."""
         _prctl(PR_SET_DUMPABLE, 0)  # no ptrace, no /proc/<pid>/mem or fd of this process for others
         account = sandbox.worker_account()
         # not under $TMPDIR: that is the group's work folder, inside the grader's private folder,
@@ -142,15 +145,21 @@ class Untrusted:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
     def close(self) -> None:
-        """Kill the worker and everything it started in its session; remove its folder."""
+        """End the worker: its request channel closed, it returns and Python cleans up after
+        itself (multiprocessing's folders); whatever is still running a moment later, it and
+        everything it started in its session, is killed. Its folder is removed."""
         if self._proc is not None:
+            os.close(self._to)
+            try:
+                self._proc.wait(timeout=EXIT_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
             try:
                 os.killpg(self._proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
             self._proc.wait()
-            for fd in (self._to, self._from):
-                os.close(fd)
+            os.close(self._from)
             self._proc = None
         if self._work is not None:
             shutil.rmtree(self._work, ignore_errors=True)
