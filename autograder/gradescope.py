@@ -29,7 +29,9 @@ python3 -m venv /autograder/venv
 # torch is pinned (pyproject.toml). Set TORCH_INDEX_URL to PyTorch's CPU wheel index to install
 # the CPU build instead of the multi-GB CUDA one: Gradescope's machines have no GPU.
 /autograder/venv/bin/pip install --quiet ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} /autograder/source
-# The student's code runs as `nobody` (root's files unreadable to it) and imports only build/, the
+"""
+
+LOCK_SOURCE = """# The student's code runs as `nobody` (root's files unreadable to it) and imports only build/, the
 # library whose graded regions run the submission; the reference in lib/ and the suite stay root's.
 chmod -R go-rwx /autograder/source
 chmod o+x /autograder /autograder/source
@@ -52,7 +54,10 @@ exit 0
 
 def package_files(m: Manifest, seed: int) -> dict[str, str | bytes | Path]:
     """Path in the zip -> text or file to copy."""
-    files: dict[str, str | bytes | Path] = {"setup.sh": SETUP_SH,
+    # only where every group is trusted: a legacy group runs the suite, as `nobody`, beside the
+    # student's code and needs to read it (the threat model in autograder/README.md says what that leaves open)
+    setup = SETUP_SH + (LOCK_SOURCE if all(g.trusted for g in m.groups) else "")
+    files: dict[str, str | bytes | Path] = {"setup.sh": setup,
                                     "run_autograder": RUN_AUTOGRADER.format(seed=seed, assignment=m.assignment),
                                     "pyproject.toml": REPO / "pyproject.toml"}
     for top in ("lib", "kernels"):

@@ -61,6 +61,7 @@ def test_package_holds_one_suite_and_no_solutions(package):
         "autograder/suites/__init__.py", "autograder/suites/a0_memory.py"]
     assert not [n for n in names if n.startswith(("solutions/", "assignments/")) or n.endswith("ANSWERS.md")]
     assert "autograder/selftest.py" not in names
+    assert "chmod -R go-rwx /autograder/source" in zipfile.ZipFile(package).read("setup.sh").decode()  # a0: all trusted
     run = zipfile.ZipFile(package).read("run_autograder").decode()
     assert f"AUTOGRADER_SEED:-{SEED}" in run and "--device cpu" in run and "AUTOGRADER_BUILD" in run
 
