@@ -83,3 +83,15 @@ def test_solution_full_marks_stub_zero(package, tmp_path):
     _assert_gradescope_schema(stub)
     assert stub["score"] == 0
     assert {t["extra_data"]["outcome"] for t in stub["tests"]} == {"failed"}
+
+
+def test_planted_submission_loses_exactly_its_checks(package, tmp_path):
+    plant = next(p for p in get_manifest("a0").planted if "fp32 master copy" in p.name)
+    broken = tmp_path / "memory.py"
+    broken.write_text((REPO / "solutions/a0_memory/memory.py").read_text().replace(*plant.replace))
+    graded = _grade(package, tmp_path / "planted", [broken])
+    _assert_gradescope_schema(graded)
+    outcome = {t["extra_data"]["check"]: t["extra_data"]["outcome"] for t in graded["tests"]}
+    assert all(outcome[check] == want for check, want in plant.expect.items())
+    lost = sum(t["max_score"] - t["score"] for t in graded["tests"])
+    assert lost == sum(c.points for c in get_manifest("a0").checks if outcome[c.name] != "passed") > 0
