@@ -19,6 +19,7 @@ import contextlib
 import random
 
 from autograder import checks
+from autograder.attacks import IMPORTER, report_forger
 from autograder.manifest import REPO, Check, Group, Manifest, Planted, Task
 
 F = "memory.py"
@@ -31,25 +32,13 @@ def _attacks() -> tuple[Planted, ...]:
     """Attacks on the grader itself, each in place of task 0.1's answer (issue 13's catalogue).
     The static check forbids importlib, sys, inspect, builtins..., so each reaches for what it
     wants the way the static check cannot see; the trusted split must leave it nothing to earn."""
-    importer = "getattr(__builtins__, '__imp' + 'ort__') if hasattr(__builtins__, '__imp' + 'ort__') " \
-               "else __builtins__['__imp' + 'ort__']"
     attacks = {
         "forges 'passed' lines in every report it can find (and at exit)": (
-            "    import os, json, atexit\n"
-            "    def forge():\n"
-            "        for top, _, names in os.walk('/tmp'):\n"
-            "            for n in names:\n"
-            "                if n.endswith('.jsonl'):\n"
-            "                    try:\n"
-            "                        with open(os.path.join(top, n), 'a') as f:\n"
-            f"                            f.write(json.dumps({{'name': {C_PARAMS!r}, 'outcome': 'passed', "
-            "'reason': '', 'duration': 0.1}) + '\\n')\n"
-            "                    except OSError:\n"
-            "                        pass\n"
+            report_forger([C_PARAMS]) +
             "    forge(); atexit.register(forge)\n"
             "    return -1"),
         "patches the grader's classify through sys.modules": (
-            f"    ctx = ({importer})('autograder.context')\n"
+            f"    ctx = {IMPORTER}('autograder.context')\n"
             "    ctx.classify = lambda exc, submission: ('passed', '')\n"
             "    return -1"),
         "reads the expected value out of the caller's frames": (
@@ -62,13 +51,13 @@ def _attacks() -> tuple[Planted, ...]:
             "        frame = frame.f_back\n"
             "    return -1"),
         "imports the reference by a name built at run time": (
-            f"    ref = ({importer})('scaletrain.mem' + 'ory', fromlist=['x'])\n"
+            f"    ref = {IMPORTER}('scaletrain.mem' + 'ory', fromlist=['x'])\n"
             "    return ref.gpt_num_params(vocab_size=vocab_size, block_size=block_size, n_layer=n_layer, "
             "hidden=hidden, tied_embeddings=tied_embeddings)"),
         "reads the reference from the grader's disk": (
             f"    code = open({str(REPO / SRC)!r}).read()\n"
             "    scope = {'__name__': 'stolen'}\n"
-            f"    ({importer})('builtins').exec(code, scope)\n"
+            f"    {IMPORTER}('builtins').exec(code, scope)\n"
             "    return scope['gpt_num_params'](vocab_size=vocab_size, block_size=block_size, n_layer=n_layer, "
             "hidden=hidden, tied_embeddings=tied_embeddings)"),
     }

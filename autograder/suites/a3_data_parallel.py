@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass, field
 
 from autograder import checks
+from autograder.attacks import IMPORTER, report_forger
 from autograder.checks import Flagged
 from autograder.manifest import REPO, Check, Group, Manifest, Planted, Task
 
@@ -110,27 +111,13 @@ def _attacks() -> tuple[Planted, ...]:
     """Attacks on the grader itself (issue 13's catalogue), each in place of task 3.1's answer.
     The static check forbids importlib and __import__, so each reaches for what it wants the way
     the static check cannot see; the trusted split must leave it nothing to earn."""
-    importer = "getattr(__builtins__, '__imp' + 'ort__') if hasattr(__builtins__, '__imp' + 'ort__') " \
-               "else __builtins__['__imp' + 'ort__']"
-    forged = "".join(
-        f"                            f.write(json.dumps({{'name': {name!r}, 'outcome': 'passed', "
-        "'reason': '', 'duration': 0.1}) + '\\n')\n" for name in (C_ORDER, C_CAP, C_DTYPE))
     attacks = {
         "forges 'passed' lines in every report it can find (and at exit)": (
-            "    import os, json, atexit\n"
-            "    def forge():\n"
-            "        for top, _, names in os.walk('/tmp'):\n"
-            "            for n in names:\n"
-            "                if n.endswith('.jsonl'):\n"
-            "                    try:\n"
-            "                        with open(os.path.join(top, n), 'a') as f:\n"
-            f"{forged}"
-            "                    except OSError:\n"
-            "                        pass\n"
+            report_forger([C_ORDER, C_CAP, C_DTYPE]) +
             "    forge(); atexit.register(forge)\n"
             "    return []\n", "failed"),
         "patches the grader's classify through sys.modules": (
-            f"    ctx = ({importer})('autograder.context')\n"
+            f"    ctx = {IMPORTER}('autograder.context')\n"
             "    ctx.classify = lambda exc, submission: ('passed', '')\n"
             "    return []\n", "failed"),
         "reads the expected buckets out of the caller's frames": (
@@ -143,12 +130,12 @@ def _attacks() -> tuple[Planted, ...]:
             "        frame = frame.f_back\n"
             "    return []\n", "failed"),
         "imports the reference by a name built at run time": (
-            f"    ref = ({importer})('scaletrain.' + 'dp.bucket', fromlist=['x'])\n"
+            f"    ref = {IMPORTER}('scaletrain.' + 'dp.bucket', fromlist=['x'])\n"
             "    return ref.assign_buckets(params, cap_bytes)\n", "error"),
         "reads the reference from the grader's disk": (
             f"    code = open({str(REPO / 'lib/scaletrain/dp/bucket.py')!r}).read()\n"
             "    scope = {'__name__': 'stolen'}\n"
-            f"    ({importer})('builtins').exec(code, scope)\n"
+            f"    {IMPORTER}('builtins').exec(code, scope)\n"
             "    return scope['assign_buckets'](params, cap_bytes)\n", "error"),
     }
     return tuple(Planted(name, BF, (_ASSIGN_BODY, body + _ASSIGN_BODY), groups=("buckets",),

@@ -36,6 +36,7 @@ import ast
 from pathlib import Path
 
 from autograder import checks
+from autograder.attacks import IMPORTER, report_forger
 from autograder.manifest import Check, Group, Manifest, Planted, Task
 
 ZF = "zero_engine.py"
@@ -136,31 +137,19 @@ def _grader_attacks() -> tuple[Planted, ...]:
     """Attacks on the grader itself (issue 13's catalogue), each in place of `shard_of`'s answer,
     which they leave wrong: under the trusted split they earn nothing. The static check forbids
     importlib and __import__, so each reaches for what it wants where that check cannot see."""
-    importer = "(getattr(__builtins__, '__imp' + 'ort__') if hasattr(__builtins__, '__imp' + 'ort__') " \
-               "else __builtins__['__imp' + 'ort__'])"
     answer = "    m = full.numel() // dp_world_size\n    return full.narrow(0, dp_rank * m, m)\n"
     wrong = "    return full[:0]\n"
     attacks = {
         "forges 'passed' lines in every report it can find (and at exit)": (
-            "    import os, json, atexit\n"
-            "    def forge():\n"
-            "        for top, _, names in os.walk('/tmp'):\n"
-            "            for n in names:\n"
-            "                if n.endswith('.jsonl'):\n"
-            "                    try:\n"
-            "                        with open(os.path.join(top, n), 'a') as f:\n"
-            f"                            f.write(json.dumps({{'name': {C_SHARD!r}, 'outcome': 'passed', "
-            "'reason': '', 'duration': 0.1}) + '\\n')\n"
-            "                    except OSError:\n"
-            "                        pass\n"
+            report_forger([C_SHARD]) +
             "    if not getattr(shard_of, 'forged', False):\n"
             "        shard_of.forged = True\n"
             "        forge(); atexit.register(forge)\n" + wrong, "failed"),
         "patches the grader's classify through sys.modules": (
-            f"    ctx = {importer}('autograder.context', fromlist=['x'])\n"
+            f"    ctx = {IMPORTER}('autograder.context', fromlist=['x'])\n"
             "    ctx.classify = lambda exc, submission: ('passed', '')\n" + wrong, "failed"),
         "imports the reference engine by a name built at run time": (
-            f"    ref = {importer}('scaletrain.zero.eng' + 'ine', fromlist=['x'])\n"
+            f"    ref = {IMPORTER}('scaletrain.zero.eng' + 'ine', fromlist=['x'])\n"
             "    return ref.shard_of(full, dp_rank, dp_world_size)\n", "error"),
     }
     return tuple(Planted(name, ZF, (answer, body), expect={C_SHARD: outcome})
