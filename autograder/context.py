@@ -76,6 +76,7 @@ class GroupContext:
         self._outcomes: dict[str, str] = {}
         self._names = set(checks)
         self._last_verdict = time.monotonic()  # the group's start, then each record's time
+        self._note = ""
 
     def student(self, stem: str):
         """The submission's module `stem` (e.g. "ring" for ring.py), imported here: only in groups
@@ -111,6 +112,10 @@ class GroupContext:
     def passed(self, name: str) -> bool:
         return self._outcomes.get(name) == "passed"
 
+    def note(self, text: str) -> None:
+        """The reason shown if the current check passes (a speed check's margin, say)."""
+        self._note = text
+
     def skip(self, reason: str) -> None:
         """End the current check as `failed` with `reason` (e.g. "graded after correctness passes")."""
         raise _Skip(reason)
@@ -123,9 +128,10 @@ class GroupContext:
     def _verdict(self, name: str, since: float) -> Iterator[None]:
         if name not in self._names:
             raise KeyError(f"suite bug: check {name!r} is not declared in group {self.group!r}")
-        outcome, reason = "passed", ""
+        outcome, self._note = "passed", ""
         try:
             yield
+            reason = self._note
         except Exception as exc:  # noqa: BLE001 - a student's failure is an outcome, not a crash
             outcome, reason = classify(exc, self.submission)
         self.record(name, outcome, reason, time.monotonic() - since)

@@ -47,13 +47,22 @@ class Group:
 
 @dataclass(frozen=True)
 class Planted:
-    """A broken submission made from the solution by one text replacement, and what it must get."""
+    """A broken submission made from the solution by text replacements, and what it must get."""
     name: str
     file: str
-    replace: tuple[str, str]
+    replace: tuple[str, str] | tuple[tuple[str, str], ...]  # (old, new), or several such pairs
     expect: dict[str, str]       # check name -> outcome
     groups: tuple[str, ...] = ()  # groups to grade (all when empty)
     timeout_s: float | None = None  # shorter group limit, for plants that are meant to hang
+
+    def apply(self, text: str) -> str:
+        """`text` (the solution's `file`) with every replacement made; ValueError naming the
+        first text to replace that is not there."""
+        for old, new in (self.replace,) if isinstance(self.replace[0], str) else self.replace:
+            if old not in text:
+                raise ValueError(f"text to replace not found in {self.file}: {old!r}")
+            text = text.replace(old, new)
+        return text
 
 
 @dataclass(frozen=True)

@@ -45,11 +45,10 @@ def check_planted(m: Manifest, planted: Planted, device: str, progress) -> CaseR
         folder = Path(tmp) / m.folder
         shutil.copytree(m.solution_dir(), folder)
         target = folder / planted.file
-        old, new = planted.replace
-        text = target.read_text()
-        if old not in text:
-            return CaseResult(name, False, f"text to replace not found in {planted.file}: {old!r}")
-        target.write_text(text.replace(old, new))
+        try:
+            target.write_text(planted.apply(target.read_text()))
+        except ValueError as exc:
+            return CaseResult(name, False, str(exc))
         results = grade_assignment(m, folder, device, groups=planted.groups,
                                    timeout_s=planted.timeout_s, progress=progress)
     got = {r.check.name: r for r in results}

@@ -21,3 +21,10 @@ def test_selftest_solution_stub_and_planted_submissions(assignment):
     assert len(cases) == 2 + len(MANIFESTS[assignment].planted)
     failures = [f"{c.case}: {c.detail}" for c in cases if not c.ok]
     assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("assignment", list(MANIFESTS))
+def test_every_group_runs_student_code_only_in_the_sandboxed_worker(assignment):
+    """Issue 13: no group imports the submission into the process that writes its verdicts."""
+    legacy = [g.name for g in MANIFESTS[assignment].groups if not g.trusted]
+    assert not legacy, f"{assignment}: groups {legacy} are not trusted=True (CONTRIBUTING.md)"

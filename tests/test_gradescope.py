@@ -88,7 +88,7 @@ def test_solution_full_marks_stub_zero(package, tmp_path):
 def test_planted_submission_loses_exactly_its_checks(package, tmp_path):
     plant = next(p for p in get_manifest("a0").planted if "fp32 master copy" in p.name)
     broken = tmp_path / "memory.py"
-    broken.write_text((REPO / "solutions/a0_memory/memory.py").read_text().replace(*plant.replace))
+    broken.write_text(plant.apply((REPO / "solutions/a0_memory/memory.py").read_text()))
     graded = _grade(package, tmp_path / "planted", [broken])
     _assert_gradescope_schema(graded)
     outcome = {t["extra_data"]["check"]: t["extra_data"]["outcome"] for t in graded["tests"]}

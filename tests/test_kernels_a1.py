@@ -1,5 +1,6 @@
-"""Assignment a1: manifest, release, anti-cheat and public tests (its selftest — six planted
-breakages from an all-zeros softmax to the slide's sigma-for-sigma^2 — runs in tests/test_assignments.py)."""
+"""Assignment a1: manifest, release, anti-cheat and public tests (its selftest — planted breakages
+from an all-zeros softmax to the slide's sigma-for-sigma^2, wrappers that compute in torch, and the
+attacks on the grader — runs in tests/test_assignments.py; the trusted side in test_a1_trusted.py)."""
 
 import os
 import subprocess

@@ -135,10 +135,7 @@ def _class_folder(root):
         (root / name).mkdir(parents=True)
     shutil.copy(m.solution_dir() / "memory.py", root / "solution")
     shutil.copy(m.stub_dir() / "memory.py", root / "stub")
-    old, new = plant.replace
-    text = (m.solution_dir() / plant.file).read_text()
-    assert old in text
-    (root / "planted" / plant.file).write_text(text.replace(old, new))
+    (root / "planted" / plant.file).write_text(plant.apply((m.solution_dir() / plant.file).read_text()))
     return m, plant
 
 

@@ -1,33 +1,43 @@
 """Assignment a1: fused softmax and LayerNorm kernels, in Triton (part A) and CUDA C++ (part B).
 
-Part A is graded on any machine: without a GPU the student's Triton kernels run through the
-Triton interpreter (TRITON_INTERPRET=1 is set before the student's file imports triton), and
-each file is compiled for sm_80 by Triton's real compiler.  Part B's .cu files are compiled by
-nvcc for sm_80 where nvcc exists (else those checks are not_run); running them, and every speed
-check, needs a GPU (`not_run` here, points kept in max_score).
+Every group is *trusted* (`Group.trusted`): this module never imports the submission. The
+sandboxed worker (autograder/probes/a1_kernels.py) launches the student's kernels through the
+grader's own copy of the given wrappers, into outputs it fills with NaN first, so only the
+student's kernels can produce the numbers (wrappers that compute in torch are never called);
+inputs go over as data, outputs come back, and the reference, computed here first in float64
+with torch's native ops, and the verdicts stay here.
+
+Part A is graded on any machine: without a GPU the kernels run through the Triton interpreter,
+and each kernel is compiled for sm_80 by Triton's real compiler. Part B's .cu files are compiled
+by nvcc for sm_80 where nvcc exists (else `not_run`), in a worker that runs no Python of the
+submission, and the verdict (errors, spills, kernels that never store) is read here from nvcc's
+own report. Running them, and every speed check, needs a GPU (`not_run` here, points pending).
 
 Correctness: seeded trials on hidden irregular shapes, every row-length regime (one element,
-short rows sharing a program, rows longer than one tile), masks and causal mode, fp32 / fp16 /
-bf16; the reference is computed first, in float64; comparison by max-norm relative error
-(scaletrain.ops.testing: an all-zeros softmax scores 1.0 and fails); inputs must be unmodified.
+short rows sharing a program, rows longer than one tile, a fully masked first tile), masks and
+causal mode, fp32 / fp16 / bf16; comparison by max-norm relative error (scaletrain.ops.testing:
+an all-zeros softmax scores 1.0 and fails); inputs must be unmodified.
 Anti-cheat: no softmax / layer-norm library call in the student files (static check) and none at
-run time (a TorchDispatchMode fails the check if aten's softmax or layer-norm kernels run).
-Speed (GPU): the paired protocol of scaletrain.bench at 8192 x 8192 fp32; >= 2x the naive
-composed PyTorch and >= 0.9x torch's native op; above peak bandwidth or > 10x native is flagged.
+run time (a TorchDispatchMode in the worker flags aten's softmax or layer-norm kernels).
+Speed (GPU): this process's clock around worker calls that run a batch of the student's calls
+(minus an empty batch), against naive composed PyTorch and torch's native op timed here on the
+same inputs; >= 2x naive and >= 0.9x native at 8192 x 8192 fp32; the batch's last output is
+sampled and checked; above peak bandwidth or > 10x native is flagged.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import re
-import sys
+import random
+import statistics
+import time
 
 from autograder import checks
-from autograder.manifest import Check, Group, Manifest, Planted, Task
+from autograder.attacks import IMPORTER, report_forger
+from autograder.manifest import REPO, Check, Group, Manifest, Planted, Task
 
 SM, LN, SMC, LNC = "softmax_triton.py", "layer_norm_triton.py", "softmax.cu", "layer_norm.cu"
 _S = "autograder.suites.a1_kernels"
+PROBE = "autograder.probes.a1_kernels:"
 
 _FORBIDDEN_PY = ("torch.softmax", "torch.log_softmax", "torch.layer_norm", "torch.nn", "torch.special",
                  "torch.ops", "torch._C", "torch.Tensor.softmax", "scaletrain.ops.naive", "scaletrain.ops.backends",
@@ -35,6 +45,73 @@ _FORBIDDEN_PY = ("torch.softmax", "torch.log_softmax", "torch.layer_norm", "torc
                  "scaletrain.ops.softmax", "scaletrain.ops.layer_norm", "scaletrain.ops.get_backend",
                  "importlib", "__import__", "exec", "eval", "runpy")
 _FORBIDDEN_CU = ("torch", "ATen", "cudnn", "cub::", "<cub/")
+
+C_SMOKE = "softmax forward on small irregular shapes"
+C_HUGE = "softmax forward: huge logits stay finite (row max subtracted)"
+C_PREFIX = "softmax forward on a long row whose first tile is fully masked"
+C_LN_DX = "layer_norm backward dx on hidden shapes, long rows included"
+C_DWDB = "layer_norm backward dweight and dbias"
+TRITON_KERNELS = {"1.1": ("softmax_triton", "softmax_fwd_kernel"), "1.2": ("softmax_triton", "softmax_bwd_kernel"),
+                  "1.3": ("layer_norm_triton", "layer_norm_fwd_kernel"),
+                  "1.4": ("layer_norm_triton", "layer_norm_bwd_dx_kernel"),
+                  "1.5": ("layer_norm_triton", "layer_norm_bwd_dwdb_kernel")}
+CUDA_KERNELS = {"1.6": (SMC, "forward", ("softmax_fwd",)), "1.7": (SMC, "backward", ("softmax_bwd",)),
+                "1.8": (LNC, "forward", ("layer_norm_fwd",)), "1.9": (LNC, "backward", ("layer_norm_bwd",))}
+
+
+def _triton_compile_check(task: str) -> str:
+    return f"{TRITON_KERNELS[task][1]} compiles for sm_80 (Triton compiler)"
+
+
+def _cuda_compile_check(task: str) -> str:
+    cu, what, _ = CUDA_KERNELS[task]
+    return f"{cu} {what} kernels compile for sm_80 (nvcc): no register spills, every kernel stores"
+
+
+_ZEROS = ("y = num / tl.sum(num, axis=1)[:, None]", "y = num * 0.0")
+_END_OF_KERNELS = "\n\ndef softmax_fwd("
+
+
+def _at_import(code: str) -> tuple[str, str]:
+    """A replacement that runs `code` when the student's softmax file is imported."""
+    return _END_OF_KERNELS, f"\n\n{code}\n{_END_OF_KERNELS}"
+
+
+def _attacks() -> tuple[Planted, ...]:
+    """Attacks on the grader itself (issue 13's catalogue), each beside a softmax kernel that
+    writes zeros: under the trusted split they earn nothing. The static check forbids importlib
+    and __import__, so each reaches for what it wants where that check cannot see."""
+    stolen = ("_ref = {imp}('scaletrain.ops.back' + 'ends', fromlist=['x'])\n"
+              "softmax_fwd_kernel = _ref.load_kernel_module({path}, name='stolen').softmax_fwd_kernel").format
+    frames = ("        try:\n            raise ZeroDivisionError\n        except ZeroDivisionError as e:\n"
+              "            frame = e.__traceback__.tb_frame\n"
+              "        found = None\n"
+              "        while frame is not None and found is None:\n"
+              "            found = next((v for k, v in frame.f_locals.items() if k in ('expected', 'want')), None)\n"
+              "            frame = frame.f_back\n"
+              "        y = num * 0.0 if found is None else found\n")
+    forger = "def _forge_now():\n" + report_forger([C_SMOKE, C_HUGE]) + "    forge(); atexit.register(forge)\n\n\n_forge_now()"
+    attacks = {
+        "forges 'passed' lines in every report it can find (and at exit)": ((_ZEROS, _at_import(forger)), "failed"),
+        "patches the grader's classify through sys.modules": (
+            (_ZEROS, _at_import(f"{IMPORTER}('autograder.context', fromlist=['x']).classify = "
+                                "lambda exc, submission: ('passed', '')")), "failed"),
+        "reads the expected value out of the caller's frames": (
+            (("        y = num / tl.sum(num, axis=1)[:, None]\n", frames),), "failed"),
+        "imports the reference kernels by a name built at run time": (
+            (_at_import(stolen(imp=IMPORTER, path="_ref.KERNELS_DIR / 'softmax_triton.py'")),), "failed"),
+        "loads the reference kernels from the grader's disk": (
+            (_at_import(stolen(imp=IMPORTER, path=repr(str(REPO / "kernels" / "softmax_triton.py")))),), "error"),
+        "kills its own process": ((_at_import(f"{IMPORTER}('os')._exit(3)"),), "error"),
+    }
+    return tuple(Planted(name, SM, replace, groups=("smoke",), expect={C_SMOKE: outcome})
+                 for name, (replace, outcome) in attacks.items())
+
+
+_TORCH_WRAPPER = ("    y = torch.empty_like(x)\n",
+                  "    e = (x.float() - x.float().amax(-1, keepdim=True)).exp()\n"
+                  "    return (e / e.sum(-1, keepdim=True)).to(x.dtype)\n    y = torch.empty_like(x)\n")
+
 
 MANIFEST = Manifest(
     assignment="a1", folder="a1_kernels", title="Fused softmax and LayerNorm kernels",
@@ -58,39 +135,38 @@ MANIFEST = Manifest(
     ),
     forbidden={SM: _FORBIDDEN_PY, LN: _FORBIDDEN_PY, SMC: _FORBIDDEN_CU, LNC: _FORBIDDEN_CU},
     groups=(
-        Group("smoke", f"{_S}:group_smoke", timeout_s=60, checks=(
-            Check("1.1", "softmax forward on small irregular shapes", 6),
-            Check("1.1", "softmax forward: huge logits stay finite (row max subtracted)", 4),
+        Group("smoke", f"{_S}:group_smoke", timeout_s=60, trusted=True, checks=(
+            Check("1.1", C_SMOKE, 5),
+            Check("1.1", C_HUGE, 4),
         )),
-        Group("softmax", f"{_S}:group_softmax", timeout_s=180, checks=(
-            Check("1.1", "softmax forward on hidden irregular and 3-D shapes", 6),
+        Group("softmax", f"{_S}:group_softmax", timeout_s=180, trusted=True, checks=(
+            Check("1.1", "softmax forward on hidden irregular and 3-D shapes", 5),
             Check("1.1", "softmax forward on rows longer than one tile", 4),
-            Check("1.1", "softmax forward with broadcast masks and causal mode", 6),
+            Check("1.1", "softmax forward with broadcast masks and causal mode", 5),
+            Check("1.1", C_PREFIX, 2),
             Check("1.1", "softmax forward with fp16 and bf16 storage", 3),
             Check("1.2", "softmax backward on hidden shapes, long rows included", 6),
             Check("1.2", "softmax backward with fp16 and bf16 storage", 2),
         )),
-        Group("layer_norm", f"{_S}:group_layer_norm", timeout_s=180, checks=(
+        Group("layer_norm", f"{_S}:group_layer_norm", timeout_s=180, trusted=True, checks=(
             Check("1.3", "layer_norm forward on hidden shapes, long rows, with and without affine", 7),
             Check("1.3", "layer_norm forward when |mean| is 1000x the standard deviation", 3),
             Check("1.3", "layer_norm forward with fp16 and bf16 storage", 2),
-            Check("1.4", "layer_norm backward dx on hidden shapes, long rows included", 7),
+            Check("1.4", C_LN_DX, 7),
             Check("1.4", "layer_norm backward dx with fp16 and bf16 storage", 2),
-            Check("1.5", "layer_norm backward dweight and dbias", 5),
+            Check("1.5", C_DWDB, 5),
         )),
-        Group("compile", f"{_S}:group_compile", timeout_s=300, checks=(
-            Check("1.2", "softmax_triton.py compiles for sm_80 (Triton compiler)", 2),
-            Check("1.5", "layer_norm_triton.py compiles for sm_80 (Triton compiler)", 2),
-            Check("1.6", "softmax.cu compiles for sm_80 (nvcc), no register spills, every kernel stores", 2),
-            Check("1.8", "layer_norm.cu compiles for sm_80 (nvcc), no register spills, every kernel stores", 2),
-        )),
-        Group("gpu_triton", f"{_S}:group_gpu_triton", timeout_s=600, needs_gpu=True, checks=(
+        Group("compile_triton", f"{_S}:group_compile_triton", timeout_s=300, trusted=True, checks=tuple(
+            Check(task, _triton_compile_check(task), 1) for task in TRITON_KERNELS)),
+        Group("compile_cuda", f"{_S}:group_compile_cuda", timeout_s=300, trusted=True, checks=tuple(
+            Check(task, _cuda_compile_check(task), 1) for task in CUDA_KERNELS)),
+        Group("gpu_triton", f"{_S}:group_gpu_triton", timeout_s=600, needs_gpu=True, trusted=True, checks=(
             Check("1.1", "Triton softmax forward speed: >= 2x naive, >= 0.9x native", 2),
             Check("1.2", "Triton softmax backward speed: >= 2x naive, >= 0.9x native", 2),
             Check("1.3", "Triton layer_norm forward speed: >= 2x naive, >= 0.9x native", 2),
             Check("1.4", "Triton layer_norm backward speed: >= 2x naive, >= 0.9x native", 2),
         )),
-        Group("gpu_cuda", f"{_S}:group_gpu_cuda", timeout_s=900, needs_gpu=True, checks=(
+        Group("gpu_cuda", f"{_S}:group_gpu_cuda", timeout_s=900, needs_gpu=True, trusted=True, checks=(
             Check("1.6", "CUDA softmax forward matches torch (all buckets, masks, causal, 3 dtypes)", 4),
             Check("1.7", "CUDA softmax backward matches torch", 3),
             Check("1.8", "CUDA layer_norm forward matches torch", 3),
@@ -102,281 +178,312 @@ MANIFEST = Manifest(
         )),
     ),
     planted=(
-        Planted("softmax that returns zeros", SM,
-                ("y = num / tl.sum(num, axis=1)[:, None]", "y = num * 0.0"), groups=("smoke",),
-                expect={"softmax forward on small irregular shapes": "failed"}),
+        Planted("softmax that returns zeros", SM, _ZEROS, groups=("smoke",), expect={C_SMOKE: "failed"}),
         Planted("no max subtraction (overflows)", SM,
                 ("num = tl.exp(x - row_max[:, None])  # padding", "num = tl.exp(x)  # padding"), groups=("smoke",),
-                expect={"softmax forward on small irregular shapes": "passed",
-                        "softmax forward: huge logits stay finite (row max subtracted)": "failed"}),
+                expect={C_SMOKE: "passed", C_HUGE: "failed"}),
         Planted("calls torch.softmax", SM, ("    y = torch.empty_like(x)\n", "    y = torch.softmax(x, -1)\n"),
-                groups=("smoke",), expect={"softmax forward on small irregular shapes": "flagged",
-                                           "softmax forward: huge logits stay finite (row max subtracted)": "flagged"}),
-        Planted("softmax by a method call at run time", SM,
-                ("        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=_num_warps(block_m, block_n))\n    return y\n\n\n"
-                 "def softmax_bwd",
-                 "        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=_num_warps(block_m, block_n))\n"
-                 "    return x.softmax(-1)\n\n\ndef softmax_bwd"),
-                groups=("smoke",), expect={"softmax forward on small irregular shapes": "flagged"}),
+                groups=("smoke",), expect={C_SMOKE: "flagged", C_HUGE: "flagged"}),
+        Planted("the wrapper computes softmax in torch; the kernel is the untouched stub", SM,
+                (_TORCH_WRAPPER, ("    col = tl.arange(0, BLOCK_N)\n    if SINGLE_TILE:\n        x = _load_scores(",
+                                  "    col = tl.arange(0, BLOCK_N)\n    raise NotImplementedError('softmax_fwd_kernel')"
+                                  "\n    if SINGLE_TILE:\n        x = _load_scores(")),
+                groups=("smoke",), expect={C_SMOKE: "failed", C_HUGE: "failed"}),
+        Planted("the wrapper computes softmax in torch; the kernel stores nothing", SM,
+                (_TORCH_WRAPPER, ("        tl.store(y_ptr + row[:, None] * cols + col[None, :], y, mask=out)\n", "")),
+                groups=("smoke",), expect={C_SMOKE: "failed"}),
+        Planted("the online softmax without its all -inf prefix guard", SM,
+                (("scale = tl.where(m_new == float(\"-inf\"), 0.0, tl.exp(m - m_new))", "scale = tl.exp(m - m_new)"),
+                 ("num = tl.where(x == float(\"-inf\"), 0.0, tl.exp(x - m_new[:, None]))",
+                  "num = tl.exp(x - m_new[:, None])")),
+                groups=("softmax",), expect={C_PREFIX: "failed", "softmax forward on rows longer than one tile": "passed"}),
         Planted("the slide's alpha: sigma where sigma^2 belongs", LN,
                 ("alpha = ((x - mean[:, None]) * (mean * rstd * rstd)[:, None] - 1.0) * (rstd / cols)[:, None]",
                  "alpha = ((x - mean[:, None]) * (mean * rstd * rstd * rstd)[:, None]"
                  " - (rstd * rstd)[:, None]) / cols"),
                 groups=("layer_norm",),
-                expect={"layer_norm backward dx on hidden shapes, long rows included": "failed",
-                        "layer_norm backward dweight and dbias": "passed",
+                expect={C_LN_DX: "failed", C_DWDB: "passed",
                         "layer_norm forward on hidden shapes, long rows, with and without affine": "passed"}),
-        Planted("infinite loop", SM,
-                ("    rows, cols = x.shape\n", "    rows, cols = x.shape\n    while True:\n        pass\n"),
-                groups=("smoke",), expect={"softmax forward on small irregular shapes": "timeout"},
+        Planted("infinite loop in the kernel", SM,
+                ("        row_max = tl.max(x, axis=1)\n", "        while True:\n            pass\n"),
+                groups=("smoke",), expect={C_SMOKE: "timeout"},
                 timeout_s=8),  # the plant hangs: no need to wait the group's 60 s
+        *_attacks(),
     ),
 )
 
 
-def interpreter_unless_gpu(ctx) -> str:
-    """The device tensors go to; on CPU switch the Triton interpreter on, before triton is imported."""
-    if ctx.device == "cuda":
-        return "cuda"
-    if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
-        raise RuntimeError("grader bug: triton was imported before TRITON_INTERPRET=1 was set")
-    os.environ["TRITON_INTERPRET"] = "1"
-    return "cpu"
+# ---- the student's kernels, reached through the worker ------------------------------------------
+
+def _storage(t):
+    """The elements a (possibly expanded) tensor reaches, flat: a broadcast mask travels as its
+    own few elements, not as rows x cols."""
+    span = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    return t.as_strided((span,), (1,))
 
 
-def forbid_library_kernels():
-    """Run-time guard: aten's softmax and layer-norm kernels must not run inside the student's call."""
-    return checks.forbid_aten("_softmax", "softmax", "_log_softmax", "_softmax_backward_data", "native_layer_norm",
-                              "layer_norm", "native_layer_norm_backward", "_fused_rms_norm")
+def _send(value):
+    from scaletrain.ops.mask import MaskView
+
+    if isinstance(value, MaskView):
+        return {"mask": _storage(value.tensor), "view": list(value.kernel_args())}
+    return value
 
 
-class _Student:
-    """The student's Triton files as a Backend; stubs raising inside a kernel read as not implemented."""
-
-    def __init__(self, ctx, device: str):
-        from scaletrain.ops.backends import Backend
-        self.sm, self.ln = ctx.student("softmax_triton"), ctx.student("layer_norm_triton")
-        self.backend = Backend(name="student triton", softmax_fwd=_unwrap(self.sm.softmax_fwd),
-                               softmax_bwd=_unwrap(self.sm.softmax_bwd), layer_norm_fwd=_unwrap(self.ln.layer_norm_fwd),
-                               layer_norm_bwd=_unwrap(self.ln.layer_norm_bwd), dtypes=())
-        self.kw = dict(device=device, guard=forbid_library_kernels)
+def _on(value, device):
+    if isinstance(value, tuple):
+        return tuple(_on(v, device) for v in value)
+    return value.to(device) if hasattr(value, "to") else value
 
 
-def _unwrap(fn):
-    """The interpreter reports an exception raised in a kernel as InterpreterError("Type('msg')"),
-    the compiler a `raise` in a kernel as CompilationError: turn the NotImplementedError of an
-    untouched stub back into one, so that it grades as `failed` (not implemented), not `error`."""
-    def call(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except NotImplementedError:
-            raise
-        except Exception as exc:
-            wrapped = type(exc).__name__ in ("InterpreterError", "CompilationError")
-            stub = re.search(r"NotImplementedError\((['\"])(.*?)\1\)", str(exc))
-            if wrapped and stub:
-                raise NotImplementedError(stub.group(2)) from exc
-            raise
-    return call
+def remote_backend(ctx, kernels: str = "triton", skip: tuple[str, ...] = ()):
+    """The student's kernels as a scaletrain.ops Backend whose four functions run in the worker
+    (each call: inputs out, outputs back); `skip`: kernels the grader's wrapper does not launch."""
+    from scaletrain.ops.backends import Backend
+
+    worker = ctx.untrusted()
+    kw = dict(device=ctx.device, kernels=kernels, interpret=ctx.device != "cuda", skip=list(skip))
+
+    def op(name):
+        def call(*args):
+            return _on(worker.call(PROBE + "run", name, [_send(a) for a in args], **kw), args[0].device)
+        return call
+    return Backend(name=f"student {kernels}", softmax_fwd=op("softmax_fwd"), softmax_bwd=op("softmax_bwd"),
+                   layer_norm_fwd=op("layer_norm_fwd"), layer_norm_bwd=op("layer_norm_bwd"), dtypes=())
+
+
+def _start(ctx):
+    """The worker, forked before this process has threads of its own (torch makes some)."""
+    ctx.untrusted().start()
+    from scaletrain.ops import conformance
+    return conformance
 
 
 def group_smoke(ctx):
-    from scaletrain.ops import conformance as cf
-    st = _Student(ctx, interpreter_unless_gpu(ctx))
-    with ctx.check("softmax forward on small irregular shapes"):
+    cf = _start(ctx)
+    st, dev = remote_backend(ctx), ctx.device
+    with ctx.check(C_SMOKE):
         for i, shape in enumerate(checks.IRREGULAR_ROWS):
-            cf.softmax_forward(st.backend, shape, seed=checks.trial_seeds(6)[i], **st.kw)
-    with ctx.check("softmax forward: huge logits stay finite (row max subtracted)"):
-        cf.huge_logits(st.backend, **st.kw)
+            cf.softmax_forward(st, shape, seed=checks.trial_seeds(6)[i], device=dev)
+    with ctx.check(C_HUGE):
+        cf.huge_logits(st, device=dev)
 
 
 def group_softmax(ctx):
-    from scaletrain.ops import conformance as cf
-    st = _Student(ctx, interpreter_unless_gpu(ctx))
+    cf = _start(ctx)
+    st, dev = remote_backend(ctx), ctx.device
     seeds = checks.trial_seeds(8, salt=1)
     with ctx.check("softmax forward on hidden irregular and 3-D shapes"):
         for shape, seed in zip([(613, 781), (3, 37, 129), (100, 3), (2, 2, 5, 11)], seeds):
-            cf.softmax_forward(st.backend, shape, seed=seed, scale=5.0, **st.kw)
+            cf.softmax_forward(st, shape, seed=seed, scale=5.0, device=dev)
     with ctx.check("softmax forward on rows longer than one tile"):
-        _assert_looped(st.sm, (3, 9001))
         for shape, seed in zip([(3, 9001), (2, 16411)], seeds):
-            cf.softmax_forward(st.backend, shape, seed=seed, **st.kw)
+            cf.softmax_forward(st, shape, seed=seed, device=dev)
     with ctx.check("softmax forward with broadcast masks and causal mode"):
         cases = [dict(shape=(2, 3, 37, 37), mask_shape=(2, 1, 1, 37), pad=True, causal=True),
                  dict(shape=(2, 3, 37, 37), mask_shape=(37, 37)), dict(shape=(3, 41, 41), causal=True),
                  dict(shape=(2, 3, 2, 4, 5), mask_shape=(2, 1, 2, 1, 5)),
                  dict(shape=(2, 9001), mask_shape=(1, 9001), pad=True)]
         for case, seed in zip(cases, seeds):
-            cf.softmax_forward(st.backend, case.pop("shape"), seed=seed, **case, **st.kw)
+            cf.softmax_forward(st, case.pop("shape"), seed=seed, **case, device=dev)
+    with ctx.check(C_PREFIX):
+        cf.masked_prefix(st, device=dev)
     with ctx.check("softmax forward with fp16 and bf16 storage"):
         for dtype in ("fp16", "bf16"):
-            cf.softmax_forward(st.backend, (67, 300), dtype=dtype, seed=seeds[0], **st.kw)
-            cf.softmax_forward(st.backend, (2, 9001), dtype=dtype, seed=seeds[1], **st.kw)
+            cf.softmax_forward(st, (67, 300), dtype=dtype, seed=seeds[0], device=dev)
+            cf.softmax_forward(st, (2, 9001), dtype=dtype, seed=seeds[1], device=dev)
     with ctx.check("softmax backward on hidden shapes, long rows included"):
         for shape, seed in zip([(613, 781), (7, 1), (2, 3, 45), (3, 9001)], seeds):
-            cf.softmax_backward(st.backend, shape, seed=seed, **st.kw)
+            cf.softmax_backward(st, shape, seed=seed, device=dev)
     with ctx.check("softmax backward with fp16 and bf16 storage"):
         for dtype in ("fp16", "bf16"):
-            cf.softmax_backward(st.backend, (67, 300), dtype=dtype, seed=seeds[2], **st.kw)
+            cf.softmax_backward(st, (67, 300), dtype=dtype, seed=seeds[2], device=dev)
 
 
 def group_layer_norm(ctx):
-    from scaletrain.ops import conformance as cf
-    st = _Student(ctx, interpreter_unless_gpu(ctx))
+    cf = _start(ctx)
+    st, dev = remote_backend(ctx), ctx.device
     seeds = checks.trial_seeds(8, salt=2)
     shapes = [(613, 781), (7, 1), (2, 3, 45), (300, 3), (3, 9001)]
     with ctx.check("layer_norm forward on hidden shapes, long rows, with and without affine"):
-        _assert_looped(st.ln, (3, 9001))
         for shape, seed in zip(shapes, seeds):
-            cf.layer_norm_forward(st.backend, shape, seed=seed, offset=1.0, **st.kw)
+            cf.layer_norm_forward(st, shape, seed=seed, offset=1.0, device=dev)
         for affine in ((False, False), (True, False), (False, True)):
-            cf.layer_norm_forward(st.backend, (50, 200), affine=affine, seed=seeds[5], **st.kw)
+            cf.layer_norm_forward(st, (50, 200), affine=affine, seed=seeds[5], device=dev)
     with ctx.check("layer_norm forward when |mean| is 1000x the standard deviation"):
         # fp32 input rounding alone is ~1e-4 here; mean(x^2) - mean(x)^2 without a shift is off by ~20%
-        cf.layer_norm_forward(st.backend, (50, 200), scale=1.0, offset=1000.0, tol=2e-4, seed=seeds[6], **st.kw)
+        cf.layer_norm_forward(st, (50, 200), scale=1.0, offset=1000.0, tol=2e-4, seed=seeds[6], device=dev)
     with ctx.check("layer_norm forward with fp16 and bf16 storage"):
         for dtype in ("fp16", "bf16"):
-            cf.layer_norm_forward(st.backend, (67, 300), dtype=dtype, seed=seeds[7], **st.kw)
-    with ctx.check("layer_norm backward dx on hidden shapes, long rows included"):
+            cf.layer_norm_forward(st, (67, 300), dtype=dtype, seed=seeds[7], device=dev)
+    with ctx.check(C_LN_DX):
         for shape, seed in zip(shapes, seeds):
-            cf.layer_norm_backward(st.backend, shape, seed=seed, grads=("dx",), **st.kw)
-        cf.layer_norm_backward(st.backend, (50, 200), affine=(False, False), grads=("dx",), **st.kw)
+            cf.layer_norm_backward(st, shape, seed=seed, grads=("dx",), device=dev)
+        cf.layer_norm_backward(st, (50, 200), affine=(False, False), grads=("dx",), device=dev)
     with ctx.check("layer_norm backward dx with fp16 and bf16 storage"):
         for dtype in ("fp16", "bf16"):
-            cf.layer_norm_backward(st.backend, (67, 300), dtype=dtype, grads=("dx",), seed=seeds[3], **st.kw)
-    with ctx.check("layer_norm backward dweight and dbias"), _reference_dx_kernel(st.ln):
+            cf.layer_norm_backward(st, (67, 300), dtype=dtype, grads=("dx",), seed=seeds[3], device=dev)
+    # task 1.5 on its own: the wrapper launches the dx kernel (task 1.4) first; here it does not
+    alone = remote_backend(ctx, skip=("layer_norm_bwd_dx_kernel",))
+    with ctx.check(C_DWDB):
         for shape, seed in zip([(613, 781), (1037, 3), (3, 9001)], seeds):
-            cf.layer_norm_backward(st.backend, shape, seed=seed, grads=("dweight", "dbias"), **st.kw)
-        cf.layer_norm_backward(st.backend, (67, 300), dtype="bf16", grads=("dweight", "dbias"), **st.kw)
+            cf.layer_norm_backward(alone, shape, seed=seed, grads=("dweight", "dbias"), device=dev)
+        cf.layer_norm_backward(alone, (67, 300), dtype="bf16", grads=("dweight", "dbias"), device=dev)
 
 
-@contextlib.contextmanager
-def _reference_dx_kernel(student_ln):
-    """Task 1.5 on its own: the wrapper runs the dx kernel (task 1.4) first, so the reference dx
-    kernel stands in for the student's while dweight and dbias are checked."""
-    from scaletrain.ops.backends import KERNELS_DIR, load_kernel_module
-    reference = load_kernel_module(KERNELS_DIR / "layer_norm_triton.py").layer_norm_bwd_dx_kernel
-    own = student_ln.layer_norm_bwd_dx_kernel
-    student_ln.layer_norm_bwd_dx_kernel = reference
-    try:
-        yield
-    finally:
-        student_ln.layer_norm_bwd_dx_kernel = own
+def group_compile_triton(ctx):
+    worker = ctx.untrusted()
+    for task, (stem, kernel) in TRITON_KERNELS.items():
+        with ctx.check(_triton_compile_check(task)):
+            worker.call(PROBE + "compile_triton", stem, kernel)
 
 
-def _assert_looped(module, shape) -> None:
-    import torch
-    if module.tile_shape(torch.empty(shape))[2]:
-        raise AssertionError(f"tile_shape{shape} chose a single tile: keep MAX_TILE_COLS and tile_shape as given, "
-                             "so that long rows take your looped path")
-
-
-def group_compile(ctx):
+def group_compile_cuda(ctx):
     from scaletrain.ops import nvcc
-    from scaletrain.ops.triton_compile import compile_module
-    os.environ["TRITON_INTERPRET"] = "0"  # Triton's real compiler: the kernels must be JIT functions
-    procs = nvcc.start([ctx.submission / SMC, ctx.submission / LNC])  # runs while Triton compiles
-    for stem in ("softmax_triton", "layer_norm_triton"):
-        with ctx.check(f"{stem}.py compiles for sm_80 (Triton compiler)"):
-            _unwrap(compile_module)(ctx.student(stem))
-    for cu in (SMC, LNC):
-        name = f"{cu} compiles for sm_80 (nvcc), no register spills, every kernel stores"
-        if procs is None:
+
+    results = ctx.untrusted().call(PROBE + "compile_cuda")
+    for task, (cu, _, kernels) in CUDA_KERNELS.items():
+        name = _cuda_compile_check(task)
+        if results is None:
             ctx.record(name, "not_run", "nvcc is not installed here: the CUDA sources were not compiled")
             continue
         with ctx.check(name):
-            nvcc.finish(procs, cu)
+            nvcc.verdict(cu, results[cu]["returncode"], results[cu]["log"], kernels=kernels)
 
 
 # ---- GPU only ------------------------------------------------------------------------------------
 SPEED_SHAPE = (8192, 8192)  # 256 MB per fp32 tensor: launch overheads are a few % of the time
+CHECK_SHAPES = ((2048, 8192), (1823, 781))  # correctness first, where a trial fits the wire
+SPEED_PAIRS = 5             # timed batches per side, alternating; the verdict is the median of their ratios
+SPEED_REPS = 40             # calls per timed batch (tens of ms: the worker call's own cost is subtracted)
+SAMPLES = 512               # positions of each timed batch's last output that are checked
 SPEED_CHECKS = {("softmax", "fwd"): "softmax forward", ("softmax", "bwd"): "softmax backward",
                 ("layer_norm", "fwd"): "layer_norm forward", ("layer_norm", "bwd"): "layer_norm backward"}
 
 
-def _speed(ctx, backend, label: str, *, correct: dict) -> None:
-    """Paired timing against naive and native at SPEED_SHAPE fp32, each op after its correctness."""
+def _student_batch(worker, op, direction, *, reps, positions, **kw):
+    """Seconds per call of the student's kernel: a batch of `reps` calls timed from here, less an
+    empty batch (the worker call's own cost); and the last output at `positions`."""
+    start = time.perf_counter()
+    worker.call(PROBE + "time_batch", op, direction, reps=0, **kw)
+    middle = time.perf_counter()
+    sample = worker.call(PROBE + "time_batch", op, direction, reps=reps, positions=positions, **kw)
+    end = time.perf_counter()
+    return max((end - middle) - (middle - start), 1e-9) / reps, sample
+
+
+def _baseline_batch(fn, inputs, reps: int) -> float:
     import torch
-    from scaletrain.ops.benchmark import peak_gbps, speed_case
+
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    sync()
+    start = time.perf_counter()
+    for _ in range(reps):
+        fn(inputs)
+    sync()
+    return (time.perf_counter() - start) / reps
+
+
+def speed_ratios(ctx, op: str, direction: str, *, kernels: str, shape=SPEED_SHAPE, pairs: int = SPEED_PAIRS,
+                 reps: int = SPEED_REPS, interpret: bool = False) -> dict:
+    """{"x naive", "x native", "GB/s", "seconds"}: medians over `pairs` alternating batches of
+    the student's calls (in the worker) and of naive and native (here, on the same inputs, which
+    both sides make from one seed); every batch's last output sampled against native's."""
+    import torch
+    from scaletrain import bench
+    from scaletrain.ops import naive
+    from scaletrain.ops.backends import Backend
+    from scaletrain.ops.benchmark import OP_CALLS, make_inputs
+    from scaletrain.ops.testing import TOLERANCE, assert_rel_close
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    seed = checks.trial_seeds(1, salt=30)[0]
+    torch.manual_seed(seed)
+    inputs = make_inputs(op, *shape, torch.float32, device)
+    call_backend, call_native = OP_CALLS[(op, direction)]
+    naive_backend = Backend.from_modules("torch", naive, naive)
+    expected = call_native(inputs)
+    expected = (expected[0] if isinstance(expected, tuple) else expected).flatten()
+    rng = random.Random(seed)
+    student, vs_naive, vs_native = [], [], []
+    for _ in range(pairs):
+        positions = [rng.randrange(expected.numel()) for _ in range(SAMPLES)]
+        seconds, sample = _student_batch(ctx.untrusted(), op, direction, reps=reps, positions=positions,
+                                         m=shape[0], n=shape[1], dtype="fp32", seed=seed, kernels=kernels,
+                                         interpret=interpret)
+        assert_rel_close(sample.to(device), expected[torch.as_tensor(positions, device=device)],
+                         tol=TOLERANCE[torch.float32], what=f"{op} {direction}: the timed calls' output")
+        native = _baseline_batch(call_native, inputs, reps)
+        slow = _baseline_batch(lambda t: call_backend(naive_backend, t), inputs, reps)
+        student.append(seconds)
+        vs_naive.append(slow / seconds)
+        vs_native.append(native / seconds)
+    seconds = statistics.median(student)
+    nbytes = (2 if direction == "fwd" else 3) * shape[0] * shape[1] * 4
+    return {"seconds": seconds, "GB/s": bench.gbps(nbytes, seconds), "x naive": statistics.median(vs_naive),
+            "x native": statistics.median(vs_native)}
+
+
+def _speed(ctx, label: str, kernels: str, backend) -> None:
+    """Each op's speed check, after a correctness trial of that op at the checked shapes."""
+    from scaletrain.ops import conformance as cf
+    from scaletrain.ops.benchmark import peak_gbps
+
+    trials = {("softmax", "fwd"): cf.softmax_forward, ("softmax", "bwd"): cf.softmax_backward,
+              ("layer_norm", "fwd"): cf.layer_norm_forward, ("layer_norm", "bwd"): cf.layer_norm_backward}
     peak = peak_gbps()
     for (op, direction), what in SPEED_CHECKS.items():
         with ctx.check(f"{label} {what} speed: >= 2x naive, >= 0.9x native"):
             try:
-                correct[(op, direction)]()
+                for shape in CHECK_SHAPES:
+                    trials[(op, direction)](backend, shape, device="cuda")
             except (AssertionError, NotImplementedError) as exc:
                 ctx.skip(f"graded after correctness, which failed: {str(exc).splitlines()[0]}")
-            # unguarded: a dispatch mode costs tens of microseconds per torch call, a visible share
-            # of a ~0.3 ms kernel; the correctness trial above ran the same code under the guard
-            row = speed_case(op, direction, backend, m=SPEED_SHAPE[0], n=SPEED_SHAPE[1], dtype=torch.float32)
-            summary = (f"{row['GB/s']:.0f} GB/s, {row['x naive']:.2f}x naive, {row['x native']:.2f}x native "
-                       f"(p20-p80 {row['x native p20-p80']})")
+            row = speed_ratios(ctx, op, direction, kernels=kernels)
+            summary = f"{row['GB/s']:.0f} GB/s, {row['x naive']:.2f}x naive, {row['x native']:.2f}x native"
             if (peak and row["GB/s"] > 1.05 * peak) or row["x native"] > 10:
                 raise checks.Flagged(f"implausible timing: {summary}, peak {peak} GB/s")
             assert row["x naive"] >= 2.0 and row["x native"] >= 0.9, f"too slow: {summary}"
-
-
-def _gpu_correctness(backend) -> dict:
-    """(op, direction) -> a quick conformance trial at the timed shape (and an irregular one)."""
-    from scaletrain.ops import conformance as cf
-    kw = dict(device="cuda", guard=forbid_library_kernels)
-    shapes = (SPEED_SHAPE, (1823, 781))
-    return {("softmax", "fwd"): lambda: [cf.softmax_forward(backend, s, **kw) for s in shapes],
-            ("softmax", "bwd"): lambda: [cf.softmax_backward(backend, s, **kw) for s in shapes],
-            ("layer_norm", "fwd"): lambda: [cf.layer_norm_forward(backend, s, **kw) for s in shapes],
-            ("layer_norm", "bwd"): lambda: [cf.layer_norm_backward(backend, s, **kw) for s in shapes]}
+            ctx.note(summary)
 
 
 def group_gpu_triton(ctx):
-    os.environ["TRITON_INTERPRET"] = "0"
-    st = _Student(ctx, "cuda")
-    _speed(ctx, st.backend, "Triton", correct=_gpu_correctness(st.backend))
+    _start(ctx)
+    _speed(ctx, "Triton", "triton", remote_backend(ctx))
 
 
 def group_gpu_cuda(ctx):
-    import shutil
-    import tempfile
-    from pathlib import Path
-    from scaletrain.ops.backends import KERNELS_DIR
-    from scaletrain.ops.cuda_ext import SOURCES
-    with tempfile.TemporaryDirectory(prefix="a1-cuda-") as tmp:
-        build = Path(tmp)
-        for name in SOURCES + ("kernel_utils.cuh", "launchers.h"):  # the student's .cu, the given rest
-            shutil.copy(ctx.submission / name if name in (SMC, LNC) else KERNELS_DIR / name, build / name)
-        _cuda_checks(ctx, build)
-
-
-def _cuda_checks(ctx, build) -> None:
-    from scaletrain.ops import conformance as cf
-    from scaletrain.ops.cuda_ext import load, make_backend
+    cf = _start(ctx)
+    worker = ctx.untrusted()
     try:
-        load(str(build))
-        backend, build_error = make_backend(build), None
-    except Exception as exc:  # one build for every check: report it on each
+        worker.call(PROBE + "build_cuda")
+        build_error = None
+    except Exception as exc:  # noqa: BLE001 - one build for every check: report it on each
         lines = str(exc).splitlines() or [type(exc).__name__]
-        first_error = next((line for line in lines if "error" in line), lines[-1])
-        backend, build_error = None, f"the CUDA extension did not build: {first_error.strip()}"
-    kw = dict(device="cuda", guard=forbid_library_kernels)
+        build_error = "the CUDA extension did not build: " + next((ln for ln in lines if "error" in ln), lines[-1])
+    backend, dev = remote_backend(ctx, kernels="cuda"), "cuda"
     trials = {
         "CUDA softmax forward matches torch (all buckets, masks, causal, 3 dtypes)": lambda: (
-            [cf.softmax_forward(backend, s, dtype=d, **kw) for s in cf.BUCKET_SHAPES for d in cf.DTYPES],
-            cf.softmax_forward(backend, (2, 3, 129, 129), mask_shape=(2, 1, 1, 129), pad=True, causal=True, **kw),
-            cf.softmax_forward(backend, (2, 3, 1031, 1031), mask_shape=(1031, 1031), **kw),
-            cf.huge_logits(backend, **kw)),
+            [cf.softmax_forward(backend, s, dtype=d, device=dev) for s in cf.BUCKET_SHAPES for d in cf.DTYPES],
+            cf.softmax_forward(backend, (2, 3, 129, 129), mask_shape=(2, 1, 1, 129), pad=True, causal=True, device=dev),
+            cf.softmax_forward(backend, (2, 3, 1031, 1031), mask_shape=(1031, 1031), device=dev),
+            cf.huge_logits(backend, device=dev), cf.masked_prefix(backend, device=dev)),
         "CUDA softmax backward matches torch": lambda: [
-            cf.softmax_backward(backend, s, dtype=d, **kw) for s in cf.BUCKET_SHAPES for d in cf.DTYPES],
+            cf.softmax_backward(backend, s, dtype=d, device=dev) for s in cf.BUCKET_SHAPES for d in cf.DTYPES],
         "CUDA layer_norm forward matches torch": lambda: (
-            [cf.layer_norm_forward(backend, s, dtype=d, offset=1.0, **kw) for s in cf.BUCKET_SHAPES for d in cf.DTYPES],
-            cf.layer_norm_forward(backend, (50, 200), scale=1.0, offset=1000.0, tol=2e-4, **kw)),
+            [cf.layer_norm_forward(backend, s, dtype=d, offset=1.0, device=dev)
+             for s in cf.BUCKET_SHAPES for d in cf.DTYPES],
+            cf.layer_norm_forward(backend, (50, 200), scale=1.0, offset=1000.0, tol=2e-4, device=dev)),
         "CUDA layer_norm backward matches torch (dx, dweight, dbias)": lambda: [
-            cf.layer_norm_backward(backend, s, dtype=d, **kw) for s in cf.BUCKET_SHAPES for d in cf.DTYPES],
+            cf.layer_norm_backward(backend, s, dtype=d, device=dev) for s in cf.BUCKET_SHAPES for d in cf.DTYPES],
     }
     for name, trial in trials.items():
         with ctx.check(name):
             assert build_error is None, build_error
             trial()
     if build_error is None:
-        _speed(ctx, backend, "CUDA", correct=_gpu_correctness(backend))
-    else:
-        for what in SPEED_CHECKS.values():
-            with ctx.check(f"CUDA {what} speed: >= 2x naive, >= 0.9x native"):
-                raise AssertionError(build_error)
+        _speed(ctx, "CUDA", "cuda", backend)
+        return
+    for what in SPEED_CHECKS.values():
+        with ctx.check(f"CUDA {what} speed: >= 2x naive, >= 0.9x native"):
+            raise AssertionError(build_error)

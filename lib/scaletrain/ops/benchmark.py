@@ -26,7 +26,7 @@ from scaletrain import bench
 from scaletrain.ops import naive, traffic
 from scaletrain.ops.backends import Backend, get_backend
 
-__all__ = ["main", "speed_case", "peak_gbps", "OP_CALLS"]
+__all__ = ["main", "speed_case", "peak_gbps", "make_inputs", "OP_CALLS"]
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 # Peak DRAM bandwidth (GB/s) by device-name fragment, from the vendors' datasheets.
@@ -45,7 +45,8 @@ def peak_gbps(device: int = 0) -> float | None:
     return next((v for k, v in PEAK_GBPS.items() if k in props.name), None)
 
 
-def _inputs(op: str, m: int, n: int, dtype: torch.dtype, device: str) -> dict:
+def make_inputs(op: str, m: int, n: int, dtype: torch.dtype, device: str) -> dict:
+    """One trial's tensors (m, n): x, dy, w, b, y = softmax(x), and LayerNorm's mean and rstd."""
     x = torch.randn(m, n, device=device, dtype=dtype)
     dy = torch.randn_like(x)
     w = torch.randn(n, device=device, dtype=dtype)
@@ -75,7 +76,7 @@ def speed_case(op: str, direction: str, candidate: Backend, *, m: int, n: int, d
                device: str = "cuda", reps: int = 20, warmup: int = 5, pool: int = 3) -> dict:
     """Time `candidate` against naive and native on fresh inputs (a pool of `pool` input sets,
     cycled, so no call reuses the previous call's tensors; L2 is flushed between calls anyway)."""
-    sets = [_inputs(op, m, n, dtype, device) for _ in range(pool)]
+    sets = [make_inputs(op, m, n, dtype, device) for _ in range(pool)]
     counter = iter(range(10**9))
     setup = lambda: (sets[next(counter) % pool],)  # noqa: E731
     call_backend, call_native = OP_CALLS[(op, direction)]
@@ -130,7 +131,7 @@ def _cpu(args) -> int:
     measured = []
     for op, direction in traffic.OPS:
         call_backend, call_native = OP_CALLS[(op, direction)]
-        t = _inputs(op, m, n, torch.float32, "cpu")
+        t = make_inputs(op, m, n, torch.float32, "cpu")
         naive_backend = Backend.from_modules("torch", naive, naive)
         c = bench.compare(lambda: call_backend(naive_backend, t), lambda: call_native(t), warmup=2,
                           reps=5 if args.quick else 15)

@@ -21,7 +21,7 @@ from scaletrain.ops.mask import MaskView
 from scaletrain.ops.testing import TOLERANCE, assert_rel_close
 
 __all__ = ["DTYPES", "BUCKET_SHAPES", "softmax_forward", "softmax_backward", "layer_norm_forward",
-           "layer_norm_backward", "huge_logits"]
+           "layer_norm_backward", "huge_logits", "masked_prefix"]
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 # One shape per CUDA launcher bucket (rows of <= 32 / 64 / 128 16-byte pieces per warp, <= 512 /
@@ -95,6 +95,23 @@ def huge_logits(backend: Backend, *, device: str = "cpu", guard=_NO_GUARD) -> No
         y = backend.softmax_fwd(x, None, 0)
     _check_output(y, x, "softmax forward with logits up to 1000")
     assert_rel_close(y, expected, what="softmax forward with logits up to 1000 (inf or NaN means no max subtraction)")
+
+
+def masked_prefix(backend: Backend, *, rows: int = 3, cols: int = 16411, prefix: int = 8292, device: str = "cpu",
+                  guard=_NO_GUARD) -> None:
+    """A row longer than one tile whose first `prefix` columns are masked out (-inf): the online
+    softmax sees whole chunks of -inf before any finite score, where exp(-inf - -inf) is NaN
+    unless the running max and sum guard it."""
+    torch.manual_seed(11)
+    x = torch.randn(rows, cols, device=device) * 3
+    mask = torch.zeros(1, cols, device=device)
+    mask[:, :prefix] = float("-inf")
+    expected = torch.softmax(x.double() + mask.double(), -1)
+    what = f"softmax forward, ({rows}, {cols}) with the first {prefix} columns masked"
+    with guard():
+        y = backend.softmax_fwd(x, MaskView.broadcast(mask.expand(rows, cols)), 0)
+    _check_output(y, x, what)
+    assert_rel_close(y, expected, what=f"{what} (NaN: guard the all -inf prefix of the online softmax)")
 
 
 def softmax_backward(backend: Backend, shape, *, dtype: str = "fp32", seed: int = 0, device: str = "cpu",

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from scaletrain.ops.backends import KERNELS_DIR
 
-__all__ = ["start", "finish", "ptxas_report", "global_writers"]
+__all__ = ["start", "finish", "collect", "verdict", "ptxas_report", "global_writers"]
 
 _WRITES = "scaletrain: stores to global memory:"  # the line `finish` adds to the log it caches
 
@@ -89,29 +89,44 @@ def start(files, *, include_dirs=(KERNELS_DIR,), quick: bool = True, arch: int =
 
 
 def finish(procs: dict, name: str, timeout_s: float = 300.0) -> dict[str, tuple[int, int]]:
-    """Wait for `name`'s nvcc; return {kernel: (registers, spilled bytes)}.  AssertionError with the
-    first compiler errors if it failed, or naming the kernels that spill registers."""
-    proc = procs[name]
+    """Wait for `name`'s nvcc and judge it (`verdict`)."""
+    return verdict(name, **collect(procs[name], timeout_s))
+
+
+def collect(proc, timeout_s: float = 300.0) -> dict:
+    """Wait for one compilation of `start`: {"returncode", "log"} (returncode None: it timed out).
+    A fresh compilation's log gains the line naming the kernels whose PTX stores to global memory,
+    as a cached log has it, and a successful one is cached."""
     try:
         log, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         proc.kill()
-        raise AssertionError(f"nvcc did not finish compiling {name} within {timeout_s:.0f} s")
+        return {"returncode": None, "log": f"nvcc did not finish within {timeout_s:.0f} s"}
     finally:
         ptx = _take_ptx(proc)
-    if proc.returncode != 0:
+    if proc.returncode == 0 and ptx is not None:
+        log += f"\n{_WRITES} {' '.join(sorted(global_writers(ptx)))}\n"
+        path = getattr(proc, "cache_path", None)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(log)
+    return {"returncode": proc.returncode, "log": log}
+
+
+def verdict(name: str, returncode: int | None, log: str, kernels: tuple[str, ...] = ()) -> dict[str, tuple[int, int]]:
+    """{kernel: (registers, spilled bytes)} of a compilation `collect` returned, for the kernels
+    whose mangled name contains one of `kernels` (all when empty).  AssertionError with the first
+    compiler errors if it failed, naming the kernels that spill registers or never store to
+    global memory (an empty body compiles too, and computes nothing), or when no kernel matches."""
+    if returncode is None:
+        raise AssertionError(f"{name}: {log}")
+    if returncode != 0:
         errors = [line for line in log.splitlines() if "error" in line] or log.splitlines()[-5:]
         raise AssertionError(f"nvcc failed on {name}: " + " | ".join(errors[:3]))
-    if ptx is not None:  # a fresh compilation: note what its PTX stores, in the log the cache keeps
-        proc.writes = f"\n{_WRITES} {' '.join(sorted(global_writers(ptx)))}\n"
-    log += getattr(proc, "writes", "")
-    path = getattr(proc, "cache_path", None)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(log)
-    report = ptxas_report(log)
+    report = {k: v for k, v in ptxas_report(log).items() if not kernels or any(part in k for part in kernels)}
     if not report:
-        raise AssertionError(f"nvcc compiled {name} but reported no kernel (is anything launched?)")
+        wanted = f" named after {', '.join(kernels)}" if kernels else ""
+        raise AssertionError(f"nvcc compiled {name} but reported no kernel{wanted} (is anything launched?)")
     spilled = sorted(k for k, (_, spills) in report.items() if spills > 0)
     if spilled:
         raise AssertionError(f"{name}: registers spill to local memory in {', '.join(spilled)}")

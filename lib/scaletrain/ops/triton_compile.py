@@ -44,9 +44,10 @@ KERNEL_SIGNATURES = {
 }
 
 
-def compile_module(module: ModuleType, *, arch: int = 80, storage: str = "fp16") -> list[dict]:
-    """Compile every kernel of KERNEL_SIGNATURES that `module` defines, in each configuration,
-    for sm_{arch}.  Returns one row per compilation (kernel, config, seconds, shared bytes).
+def compile_module(module: ModuleType, *, arch: int = 80, storage: str = "fp16",
+                   kernels: tuple[str, ...] | None = None) -> list[dict]:
+    """Compile every kernel of KERNEL_SIGNATURES that `module` defines (those named in `kernels`
+    only, when given), in each configuration, for sm_{arch}.  Returns one row per compilation (kernel, config, seconds, shared bytes).
     A compile failure raises AssertionError naming the kernel, its configuration and the
     compiler's message (NotImplementedError for an untouched stub).  The module must have been
     imported WITHOUT the interpreter (its kernels must be JITFunctions)."""
@@ -58,7 +59,7 @@ def compile_module(module: ModuleType, *, arch: int = 80, storage: str = "fp16")
     rows = []
     for name, (signature, configs) in KERNEL_SIGNATURES.items():
         fn = getattr(module, name, None)
-        if fn is None:
+        if fn is None or (kernels is not None and name not in kernels):
             continue
         if not isinstance(fn, triton.runtime.JITFunction):
             raise TypeError(f"{name} is not a @triton.jit function compiled for a GPU "

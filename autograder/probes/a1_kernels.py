@@ -1,0 +1,246 @@
+"""a1's probe: the student's kernels, launched by the grader's own wrappers.
+
+The grading build holds the released stub of each Triton file (`kernels/*.py` there): its
+wrappers (`softmax_fwd`, `layer_norm_bwd`, ...) are the given code and its kernels raise.
+`_launchers` loads that copy and grafts the student's @triton.jit kernels into it, so whatever
+the student's own wrappers do (compute in torch and launch nothing, say) never runs: only the
+kernels write the outputs, into buffers the grader's copy fills with NaN first (an element no
+kernel wrote fails the comparison). Part B's extension is built here from the student's two .cu
+files beside the given binding and headers.
+
+Each call returns outputs as data; the expected values and the verdicts are the trusted side's
+(autograder/suites/a1_kernels.py). The run-time guard against aten's softmax / layer-norm kernels
+runs here, around the student's launches: a `Flagged` it raises comes back as `flagged`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from autograder.checks import Flagged, forbid_aten, student_module
+
+KERNELS = {"softmax_triton": ("softmax_fwd_kernel", "softmax_bwd_kernel"),
+           "layer_norm_triton": ("layer_norm_fwd_kernel", "layer_norm_bwd_dx_kernel", "layer_norm_bwd_dwdb_kernel")}
+WRAPPERS = {"softmax_fwd": "softmax_triton", "softmax_bwd": "softmax_triton",
+            "layer_norm_fwd": "layer_norm_triton", "layer_norm_bwd": "layer_norm_triton"}
+CUDA_FILES = ("softmax.cu", "layer_norm.cu")
+LIBRARY_KERNELS = ("_softmax", "softmax", "_log_softmax", "_softmax_backward_data", "native_layer_norm",
+                   "layer_norm", "native_layer_norm_backward", "_fused_rms_norm")
+
+
+# ---------------------------------------------------------------- the grader's launchers
+
+def triton_mode(interpret: bool) -> None:
+    """Switch the Triton interpreter on or off before triton is first imported (Triton decides
+    at decoration time whether a kernel is compiled or interpreted)."""
+    want = "1" if interpret else "0"
+    if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET", "0") != want:
+        raise RuntimeError(f"grader bug: triton was imported before TRITON_INTERPRET={want} was set")
+    os.environ["TRITON_INTERPRET"] = want
+
+
+class _NanOutputs:
+    """`torch` as the grader's wrappers see it while checking: fresh outputs start as NaN."""
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    @staticmethod
+    def empty_like(t, **kwargs):
+        return torch.empty_like(t, **kwargs).fill_(float("nan"))
+
+    @staticmethod
+    def empty(*args, **kwargs):
+        return torch.empty(*args, **kwargs).fill_(float("nan"))
+
+
+class _NoLaunch:
+    """Stands in for a kernel the check leaves out: `kernel[grid](...)` does nothing."""
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
+
+
+@functools.cache
+def _graft(stem: str, interpret: bool):
+    """The grader's copy of kernels/<stem>.py with the student's kernels in place of its stubs."""
+    from scaletrain.ops.backends import KERNELS_DIR, load_kernel_module
+
+    triton_mode(interpret)
+    student = student_module(stem)
+    grader = load_kernel_module(KERNELS_DIR / f"{stem}.py", name=f"grader_{stem}")
+    for name in KERNELS[stem]:
+        kernel = getattr(student, name, None)
+        if type(kernel).__name__ not in ("JITFunction", "InterpretedFunction"):
+            raise AssertionError(f"{stem}.py: `{name}` must stay a @triton.jit kernel (the grader launches it "
+                                 f"with the given wrapper), found {type(kernel).__name__}")
+        setattr(grader, name, kernel)
+    return grader
+
+
+@contextlib.contextmanager
+def _launch_setup(stem: str, interpret: bool, *, nan_outputs: bool, skip: tuple[str, ...]):
+    grader = _graft(stem, interpret)
+    kernels = {name: getattr(grader, name) for name in skip}
+    grader.torch = _NanOutputs() if nan_outputs else torch
+    for name in skip:
+        setattr(grader, name, _NoLaunch())
+    try:
+        yield grader
+    finally:
+        grader.torch = torch
+        for name, kernel in kernels.items():
+            setattr(grader, name, kernel)
+
+
+@functools.cache
+def _cuda_sources() -> Path:
+    """A folder with the student's .cu files beside the given binding and headers."""
+    from scaletrain.ops.backends import KERNELS_DIR
+    from scaletrain.ops.cuda_ext import SOURCES
+
+    build = Path(tempfile.mkdtemp(prefix="a1-cuda-"))
+    submission = Path(os.environ["AUTOGRADER_SUBMISSION"])
+    for name in SOURCES + ("kernel_utils.cuh", "launchers.h"):
+        shutil.copy(submission / name if name in CUDA_FILES else KERNELS_DIR / name, build / name)
+    return build
+
+
+def build_cuda() -> None:
+    """Build the student's extension (a minute or two); raises what the build raised."""
+    from scaletrain.ops.cuda_ext import load
+
+    load(str(_cuda_sources()))
+
+
+def _cuda_backend():
+    from scaletrain.ops.cuda_ext import make_backend
+
+    return make_backend(_cuda_sources())
+
+
+def _function(op: str, kernels: str, stack: contextlib.ExitStack, *, interpret: bool, nan_outputs: bool,
+              skip: tuple[str, ...]):
+    if kernels == "cuda":
+        if skip:
+            raise ValueError("grader bug: the CUDA extension launches its kernels itself")
+        return getattr(_cuda_backend(), op)
+    grader = stack.enter_context(_launch_setup(WRAPPERS[op], interpret, nan_outputs=nan_outputs, skip=skip))
+    return getattr(grader, op)
+
+
+# ---------------------------------------------------------------- what the trusted side calls
+
+def _arg(value, device: str):
+    from scaletrain.ops.mask import MaskView
+
+    if isinstance(value, dict) and "mask" in value:  # a MaskView sent as its storage and strides
+        size1, size2, stride0, stride1, stride2, col_stride = value["view"]
+        return MaskView(tensor=value["mask"].to(device), size1=size1, size2=size2, stride0=stride0,
+                        stride1=stride1, stride2=stride2, col_stride=col_stride)
+    return value.to(device) if isinstance(value, torch.Tensor) else value
+
+
+def run(op: str, args: list, *, device: str = "cpu", kernels: str = "triton", interpret: bool = True,
+        skip: tuple[str, ...] = ()):
+    """The outputs of the grader's wrapper `op` (softmax_fwd, ..., layer_norm_bwd) on `args`,
+    launching the student's kernels (`kernels`: "triton" or "cuda"); the kernels in `skip` are
+    not launched (task 1.5 is graded without task 1.4's kernel)."""
+    args = [_arg(a, device) for a in args]
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    before = [t.clone() for t in tensors]
+    with contextlib.ExitStack() as stack:
+        fn = _function(op, kernels, stack, interpret=interpret, nan_outputs=True, skip=tuple(skip))
+        with forbid_aten(*LIBRARY_KERNELS):
+            out = _unwrap_stub(fn)(*args)
+    if any(not torch.equal(t, b) for t, b in zip(tensors, before)):
+        raise AssertionError(f"{op}: an input was modified in place")
+    return out
+
+
+_SPEED_INPUTS: dict = {}
+
+
+def time_batch(op: str, direction: str, *, m: int, n: int, dtype: str, seed: int, reps: int,
+               kernels: str = "triton", interpret: bool = False, positions=None):
+    """Run the student's `op direction` `reps` times on inputs made from `seed` (the trusted side
+    makes the same ones) and wait for the device; the trusted side's clock times this call.
+    Returns the last call's first output at `positions` (flat indices), which it checks."""
+    from scaletrain.ops.benchmark import DTYPES, OP_CALLS, make_inputs
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    key = (op, direction, m, n, dtype, seed)
+    if key not in _SPEED_INPUTS:
+        _SPEED_INPUTS.clear()
+        torch.manual_seed(seed)
+        _SPEED_INPUTS[key] = make_inputs(op, m, n, DTYPES[dtype], device)
+    inputs, call = _SPEED_INPUTS[key], OP_CALLS[(op, direction)][0]
+    out = None
+    with contextlib.ExitStack() as stack:
+        fn = _function(f"{op}_{direction}", kernels, stack, interpret=interpret, nan_outputs=False, skip=())
+        backend = _OneOp(f"{op}_{direction}", fn)
+        for _ in range(reps):
+            out = call(backend, inputs)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    if out is None or positions is None:
+        return None
+    first = out[0] if isinstance(out, tuple) else out
+    return first.flatten()[torch.as_tensor(positions, device=first.device)]
+
+
+class _OneOp:
+    """A Backend-shaped object with one function, for scaletrain.ops.benchmark.OP_CALLS."""
+
+    def __init__(self, name: str, fn):
+        setattr(self, name, fn)
+
+
+def compile_triton(stem: str, kernel: str) -> int:
+    """Compile the student's `kernel` of <stem>.py for sm_80 with Triton's real compiler;
+    returns the number of configurations compiled."""
+    from scaletrain.ops.triton_compile import compile_module
+
+    triton_mode(False)
+    return len(_unwrap_stub(compile_module)(student_module(stem), kernels=(kernel,)))
+
+
+def compile_cuda() -> dict | None:
+    """nvcc -Xptxas -v on the student's two .cu files (never cached here): per file, the exit
+    code, the log and the PTX; None when nvcc is not installed. No Python of the submission runs
+    in this worker, so what nvcc said is what the trusted side reads."""
+    from scaletrain.ops import nvcc
+
+    submission = Path(os.environ["AUTOGRADER_SUBMISSION"])
+    os.environ["SCALETRAIN_NVCC_CACHE"] = "off"
+    procs = nvcc.start([submission / name for name in CUDA_FILES])
+    if procs is None:
+        return None
+    return {name: nvcc.collect(procs[name]) for name in CUDA_FILES}
+
+
+def _unwrap_stub(fn):
+    """The interpreter reports an exception raised in a kernel as InterpreterError("Type('msg')"),
+    the compiler a `raise` in a kernel as CompilationError: turn the NotImplementedError of an
+    untouched stub back into one, so that it grades as `failed` (not implemented), not `error`."""
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (NotImplementedError, Flagged):
+            raise
+        except Exception as exc:
+            wrapped = type(exc).__name__ in ("InterpreterError", "CompilationError")
+            stub = re.search(r"NotImplementedError\((['\"])(.*?)\1\)", str(exc))
+            if wrapped and stub:
+                raise NotImplementedError(stub.group(2)) from exc
+            raise
+    return call
