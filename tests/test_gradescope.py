@@ -95,3 +95,14 @@ def test_planted_submission_loses_exactly_its_checks(package, tmp_path):
     assert all(outcome[check] == want for check, want in plant.expect.items())
     lost = sum(t["max_score"] - t["score"] for t in graded["tests"])
     assert lost == sum(c.points for c in get_manifest("a0").checks if outcome[c.name] != "passed") > 0
+
+
+def test_every_assignment_package_locks_its_source_and_ships_no_graded_reference(tmp_path):
+    """All suites are trusted (a1 included): each package's setup.sh makes source/ unreadable to
+    the worker's account, and build/ holds no solution line of the assignment (earlier ones ship solved)."""
+    for m in (get_manifest(a) for a in ("a1", "a5")):
+        package = build_package(m, tmp_path / f"{m.assignment}.zip", seed=SEED)
+        with zipfile.ZipFile(package) as z:
+            assert "chmod -R go-rwx /autograder/source" in z.read("setup.sh").decode(), m.assignment
+            z.extractall(tmp_path / m.assignment, [n for n in z.namelist() if n.startswith("build/")])
+        assert student.find_leaks(tmp_path / m.assignment / "build", student.make_plan(m.assignment)) == []
