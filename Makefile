@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 
-.PHONY: setup demo test selftest release clean
+.PHONY: setup demo test selftest release gpu-check clean
 
 setup: $(STAMP)
 
@@ -30,6 +30,11 @@ selftest: setup
 
 release: setup
 	$(BIN)/python -m autograder release
+
+# On a CUDA machine: every gpu-marked test, the solutions graded on the GPU, the kernel benchmark,
+# one report (bench_out/gpu_check/report.md). On a CPU machine: says so and exits 0.
+gpu-check: setup
+	$(BIN)/python -m autograder gpu-check
 
 clean:
 	rm -rf $(VENV) bench_out results.json .pytest_cache

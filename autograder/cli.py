@@ -48,7 +48,9 @@ def _device(choice: str) -> str:
     return "cpu"
 
 
-def _exit_code(results: list[Result]) -> int:
+def exit_code(results: list[Result]) -> int:
+    """The CLI's exit status for a run's results: 0 all passed, 1 something failed, 2 a missing
+    file (the input was unusable), 3 incomplete (GPU checks not run)."""
     if any(r.outcome == "error" and "is missing from" in r.reason for r in results):
         return EXIT_HARNESS
     if any(r.outcome not in ("passed", "not_run") for r in results):
@@ -99,7 +101,7 @@ def cmd_grade(args) -> int:
         print(table(results))
         print(summarize(results))
         harness_error = clip("; ".join(broken))
-        code = EXIT_HARNESS if broken else _exit_code(results)
+        code = EXIT_HARNESS if broken else exit_code(results)
         if broken:
             print("error: the grader itself failed; please report this to the course staff", file=sys.stderr)
     except (KeyError, UnusableSubmission) as exc:
@@ -233,6 +235,12 @@ def cmd_regrade(args) -> int:
     return EXIT_FAILED if any(p["extra_data"]["harness_error"] for p in payloads) else EXIT_OK
 
 
+def cmd_gpu_check(args) -> int:
+    from autograder.gpu_check import main as gpu_check
+
+    return gpu_check(args.out)
+
+
 def cmd_list(args) -> int:
     for m in all_manifests().values():
         print(f"{m.assignment}  {m.folder}  {m.title}  ({m.max_score:g} points)")
@@ -280,6 +288,10 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--submission", help="folder with your files (default: assignments/aN_topic/)")
     u.add_argument("-o", "--output", help="zip to write (default: ./aN_submission.zip)")
     u.set_defaults(func=cmd_submit)
+    gc = sub.add_parser("gpu-check", help="(instructors) on a CUDA GPU: gpu tests, grade --device cuda, kernel "
+                                          "benchmark, one report; on a CPU: says so, exits 0")
+    gc.add_argument("--out", default="bench_out/gpu_check", help="folder for report.md and report.json")
+    gc.set_defaults(func=cmd_gpu_check)
     z = sub.add_parser("gradescope", help="(instructors) build the Gradescope autograder zip of one assignment")
     z.add_argument("assignment")
     z.add_argument("-o", "--output", required=True, help="zip to write, e.g. a2_autograder.zip")

@@ -28,7 +28,7 @@ from autograder.release import ANSWERS_FILE, COMMENT, ReleaseError, outputs, ren
 TEMPLATES = Path(__file__).resolve().parent / "templates" / "student"
 # the autograder's own modules ship (public checks, submit, the harness: nothing secret in them);
 # the hidden suites (autograder/suites/, a package) and these instructor tools stay behind
-INSTRUCTOR_ONLY = ("selftest.py", "student.py", "gradescope.py", "regrade.py")
+INSTRUCTOR_ONLY = ("selftest.py", "student.py", "gradescope.py", "regrade.py", "gpu_check.py")
 SKIP_PARTS = {"__pycache__", ".ipynb_checkpoints"}
 
 

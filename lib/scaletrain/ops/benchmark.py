@@ -26,7 +26,7 @@ from scaletrain import bench
 from scaletrain.ops import naive, traffic
 from scaletrain.ops.backends import Backend, get_backend
 
-__all__ = ["main", "speed_case", "peak_gbps", "make_inputs", "OP_CALLS"]
+__all__ = ["main", "speed_case", "gpu_rows", "GPU_COLUMNS", "peak_gbps", "make_inputs", "OP_CALLS"]
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 # Peak DRAM bandwidth (GB/s) by device-name fragment, from the vendors' datasheets.
@@ -94,27 +94,36 @@ def speed_case(op: str, direction: str, candidate: Backend, *, m: int, n: int, d
             "x native p20-p80": f"{1 / vs_native.ratio_p80:.2f}-{1 / vs_native.ratio_p20:.2f}"}
 
 
-def _gpu(args) -> int:
-    dtype, m = DTYPES[args.dtype], 4096
-    sizes = [1024, 4096] if args.quick else [256, 1024, 4096, 12288]
-    peak = args.peak_gbps or peak_gbps()
+def gpu_rows(*, quick: bool = False, dtype: str = "fp32", peak: float | None = None) -> list[dict]:
+    """speed_case rows of every fused backend that builds here, each op, each row length N
+    (M = 4096), with "% peak" (NaN when the peak is unknown)."""
+    m, sizes = 4096, [1024, 4096] if quick else [256, 1024, 4096, 12288]
     backends = []
     for name in ("cuda", "triton"):
         try:
             backends.append(get_backend(name))
         except Exception as exc:  # e.g. no nvcc: time the others, say why
             print(f"backend {name!r} unavailable: {exc}")
-    print(f"{torch.cuda.get_device_name()}: M = {m}, {args.dtype}, peak DRAM "
-          f"{'%.0f GB/s' % peak if peak else 'unknown (pass --peak-gbps)'}")
     rows = []
     for op, direction in traffic.OPS:
         for n in sizes:
             for backend in backends:
-                row = speed_case(op, direction, backend, m=m, n=n, dtype=dtype, reps=10 if args.quick else 30)
+                row = speed_case(op, direction, backend, m=m, n=n, dtype=DTYPES[dtype], reps=10 if quick else 30)
                 row["% peak"] = 100 * row["GB/s"] / peak if peak else float("nan")
                 rows.append(row)
-    print(bench.format_table(rows, ["op", "N", "backend", "median ms", "p20 ms", "p80 ms", "GB/s", "% peak",
-                                    "x naive", "x native", "x native p20-p80"]))
+    return rows
+
+
+GPU_COLUMNS = ["op", "N", "backend", "median ms", "p20 ms", "p80 ms", "GB/s", "% peak", "x naive", "x native",
+               "x native p20-p80"]
+
+
+def _gpu(args) -> int:
+    peak = args.peak_gbps or peak_gbps()
+    print(f"{torch.cuda.get_device_name()}: M = 4096, {args.dtype}, peak DRAM "
+          f"{'%.0f GB/s' % peak if peak else 'unknown (pass --peak-gbps)'}")
+    rows = gpu_rows(quick=args.quick, dtype=args.dtype, peak=peak)
+    print(bench.format_table(rows, GPU_COLUMNS))
     _plot_bandwidth(rows, peak, args.dtype)
     return 0
 
