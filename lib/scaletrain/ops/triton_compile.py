@@ -74,8 +74,16 @@ def compile_module(module: ModuleType, *, arch: int = 80, storage: str = "fp16",
             except Exception as exc:
                 if "NotImplementedError" in str(exc):  # an untouched stub: the raise is still there
                     raise NotImplementedError(f"{name} still raises NotImplementedError") from exc
-                detail = " ".join(str(exc).split())[:400]
-                raise AssertionError(f"{name} {config} does not compile for sm_{arch}: {detail}") from exc
+                raise AssertionError(f"{name} {config} does not compile for sm_{arch}: {_error(exc)}") from exc
             rows.append({"kernel": name, "config": config, "seconds": time.perf_counter() - start,
                          "shared_bytes": kernel.metadata.shared})
     return rows
+
+
+def _error(exc: Exception) -> str:
+    """Where and what of a Triton CompilationError, whose message lists the kernel's source
+    between the two: "at 18:38: `row_max = tl.max(x, axis=1) + oops`: NameError(...)"."""
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    if len(lines) < 3 or not lines[-2].strip().startswith("^"):
+        return " ".join(str(exc).split())[-400:]
+    return f"{lines[0].strip()} `{lines[-3].strip()}`: {lines[-1].strip()}"[:600]
