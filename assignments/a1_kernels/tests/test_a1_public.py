@@ -17,6 +17,8 @@ from autograder.checks import student_module
 from scaletrain.ops import conformance as cf
 from scaletrain.ops.backends import KERNELS_DIR, Backend
 
+pytest.importorskip("triton", reason="the triton package has wheels for Linux x86-64 only: part A's tests "
+                                     "need it (the grader runs them for you; notebook 01 uses the torch reference)")
 sm = student_module("softmax_triton", default=__file__)
 ln = student_module("layer_norm_triton", default=__file__)
 TRITON = Backend.from_modules("your triton kernels", sm, ln)
