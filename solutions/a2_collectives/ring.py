@@ -154,7 +154,8 @@ def ring_reduce_scatter_chunks(chunks: list[torch.Tensor], out: torch.Tensor, ri
     is your own chunk r-1), receive the running sum of chunk (r-s-2) mod p from `ring.recv_from`
     into a scratch buffer and add your own chunk (r-s-2) to it: that is what you send at step s+1.
     At the last step the received chunk is chunk r: its sum goes into `out`. Call
-    `record_send(m * itemsize)` once per step.
+    `record_send(m * itemsize)` once per step. At p = 1 there is no step: `out` becomes a copy of
+    `chunks[0]`, and nothing is sent or recorded.
     Hint: post `dist.irecv` (with `group=ring.group`) before the `dist.isend` it answers, and wait
     on both before reusing either buffer.
     """
@@ -215,7 +216,8 @@ def ring_all_gather_chunks(chunks: list[torch.Tensor], ring: Ring, recvs: list[A
     (ring_allreduce does); None: post them yourself, first thing.
     Steps s = 0..p-2: send chunk (r-s) mod p to `ring.send_to` with `tag=GATHER_TAG`; the chunk
     received at step s (into `chunks[(r-s-1) % p]`, no scratch needed) is what you send at step s+1.
-    Call `record_send(m * itemsize)` once per step. Wait on every handle before returning.
+    Call `record_send(m * itemsize)` once per step. Wait on every handle before returning. At
+    p = 1 there is no step: return `chunks` as they are.
     """
     p, r = ring.world_size, ring.rank
     if p == 1:

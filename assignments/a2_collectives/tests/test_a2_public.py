@@ -2,8 +2,9 @@
 
 Inputs are small integers, so every partial sum is exact in every dtype and your ring must match
 bit for bit, whatever order it adds in. Each test spawns 3 ranks (a few seconds). The grader runs
-more: hidden sizes, p = 4, a subgroup, a count of the bytes really handed to isend, collectives
-patched to fail inside your calls, and the speed checks. One task alone:
+more, on 3 ranks too: hidden sizes and dtypes, a subgroup {0, 2} whose ring skips rank 1, a count
+of the bytes really handed to isend, collectives patched to fail inside your calls; and the speed
+checks on 2 ranks (2 GPUs for NCCL). One task alone:
 `pytest assignments/a2_collectives -m task2_1`.
 """
 
