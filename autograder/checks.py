@@ -1,5 +1,6 @@
 """Reusable pieces of every suite: loading the student's module, seeded trials, irregular shapes,
-scale-aware comparison, the inputs-unmodified check and the run-time forbidden-op guards.
+the grader's use of the scale-aware comparison (`scaletrain.testing`), the inputs-unmodified
+check and the run-time forbidden-op guards.
 
 Correctness protocol (DESIGN.md): several seeded trials; irregular shapes (non-powers of two,
 sizes below and just above the world size); relative error, not only an absolute tolerance
@@ -15,6 +16,8 @@ import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
+
+from scaletrain import testing
 
 if TYPE_CHECKING:  # torch is imported lazily: arithmetic-only groups should not pay 2-6 s for it
     import torch
@@ -81,26 +84,9 @@ IRREGULAR_ROWS = ((1, 1), (3, 1), (7, 33), (16, 100), (31, 257), (5, 1000))
 # ---------------------------------------------------------------- comparison
 
 def assert_close(actual, expected, *, rtol: float = 1e-5, atol: float = 0.0, what: str = "result"):
-    """Scale-aware comparison: shapes and dtypes must match, no NaN where the reference has none,
-    and max|a - e| <= atol + rtol * max|e| (so an all-zeros answer fails whenever e is not ~0)."""
-    if not hasattr(actual, "detach"):
-        raise AssertionError(f"{what}: expected a tensor, got {type(actual).__name__}")
-    if actual.shape != expected.shape:
-        raise AssertionError(f"{what}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}")
-    if actual.dtype != expected.dtype:
-        raise AssertionError(f"{what}: dtype {actual.dtype}, expected {expected.dtype}")
-    if actual.numel() == 0:
-        return
-    import torch
-
-    a, e = actual.detach().double().cpu(), expected.detach().double().cpu()
-    if torch.isnan(a).any() and not torch.isnan(e).any():
-        raise AssertionError(f"{what}: contains NaN (overflow? subtract the row max first)")
-    err = (a - e).abs().max().item()
-    scale = e.abs().max().item()
-    if err > atol + rtol * scale:
-        raise AssertionError(f"{what}: max abs error {err:.3g} exceeds {atol:.1g} + {rtol:.1g}·{scale:.3g} "
-                             f"(relative {err / max(scale, 1e-30):.3g})")
+    """`scaletrain.testing.assert_close` (max|a - e| <= atol + rtol * max|e|, so an all-zeros answer
+    fails whenever e is not ~0), with the dtype checked too: a submission returns what it is given."""
+    testing.assert_close(actual, expected, rtol=rtol, atol=atol, what=what, check_dtype=True)
 
 
 def assert_equal(actual, expected, *, what: str = "result"):

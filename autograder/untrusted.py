@@ -133,7 +133,10 @@ class Untrusted:
     def _env(self) -> dict[str, str]:
         build = Path(os.environ[BUILD_ENV])
         paths = [build / "lib", build, *map(Path, site.getsitepackages())]
-        env = {k: v for k, v in os.environ.items() if k not in (SEED_ENV, "PYTHONPATH", BUILD_ENV)}
+        # caches torch or triton pointed into the trusted side's folder (importing torch._dynamo
+        # sets TORCHINDUCTOR_CACHE_DIR there): the worker can't write it and keeps its own
+        inherited = (SEED_ENV, "PYTHONPATH", BUILD_ENV, "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+        env = {k: v for k, v in os.environ.items() if k not in inherited}
         env.update(PYTHONPATH=os.pathsep.join(map(str, paths)), HOME=str(self._work), TMPDIR=str(self._work),
                    **{SUBMISSION_ENV: str(self.submission)})
         return env

@@ -51,7 +51,7 @@ def _trace(case, rank, order):
 def _outputs(case, rank, order):
     p = len(case.schedule)
     return {"grads": {str(s): case.grads[s] for s in range(len(case.specs)) if s % p == rank},
-            "losses": list(case.losses), "stash_left": 0, "alive_after": 0, "events": _trace(case, rank, order)}
+            "losses": list(case.losses), "in_flight_after": 0, "alive_after": 0, "events": _trace(case, rank, order)}
 
 
 def _gpipe_order(actions):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from autograder import sandbox
-from autograder.cli import _exit_code
+from autograder.cli import exit_code
 from autograder.grade import UnusableSubmission, grade_assignment, ignored_files
 from autograder.manifest import Check, Group, Manifest, Task
 from autograder.results import to_gradescope
@@ -139,7 +139,7 @@ def test_solution_passes_and_gpu_group_is_not_run(make_submission):
     results = grade_assignment(MANIFEST, make_submission(), "cpu")
     assert outcomes(results) == {"adds": "passed", "multiplies": "passed", "ranks add": "passed",
                                  "no forbidden sum at run time": "passed", "fast on gpu": "not_run"}
-    assert _exit_code(results) == 3
+    assert exit_code(results) == 3
     payload = to_gradescope(results, device="cpu", elapsed=1.0)
     assert payload["score"] == 4 and payload["max_score"] == 4 and payload["extra_data"]["incomplete"]  # GPU: pending
     assert {t["extra_data"]["outcome"] for t in payload["tests"]} == {"passed", "not_run"}
@@ -317,7 +317,7 @@ def test_static_checks_syntax_forbidden_and_missing(make_submission, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     results = grade_assignment(MANIFEST, empty, "cpu")
-    assert outcomes(results)["adds"] == "error" and _exit_code(results) == 2
+    assert outcomes(results)["adds"] == "error" and exit_code(results) == 2
     with pytest.raises(UnusableSubmission):
         grade_assignment(MANIFEST, tmp_path / "nope", "cpu")
 

@@ -18,7 +18,7 @@ import pytest
 
 from scaletrain.ops import nvcc
 from scaletrain.ops.backends import KERNELS_DIR
-from scaletrain.ops.testing import IsolatedWorker
+from scaletrain.ops.isolated import IsolatedWorker
 
 CU_FILES = sorted(KERNELS_DIR.glob("*.cu"))
 NVCC = shutil.which("nvcc")
@@ -98,3 +98,24 @@ def test_triton_kernels_compile_for_sm80():
     for kernel in ("softmax_fwd_kernel", "softmax_bwd_kernel", "layer_norm_fwd_kernel", "layer_norm_bwd_dx_kernel"):
         assert {(kernel, True), (kernel, False)} <= compiled, kernel
     assert ("layer_norm_bwd_dwdb_kernel", None) in compiled
+
+
+def _compile_error_of(path: str) -> str:
+    from scaletrain.ops.backends import load_kernel_module
+    from scaletrain.ops.triton_compile import compile_module
+    try:
+        compile_module(load_kernel_module(path, name="broken_softmax"), kernels=("softmax_bwd_kernel",))
+    except AssertionError as exc:
+        return str(exc)
+    return "compiled"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="the triton package is not installed")
+def test_a_triton_compile_error_names_the_code_line_and_the_error(tmp_path):
+    """Triton's message lists the kernel's source between where and what: the report keeps both ends."""
+    line = "dot = tl.sum(y * dy, axis=1)"
+    broken = tmp_path / "softmax_triton.py"
+    broken.write_text((KERNELS_DIR / "softmax_triton.py").read_text().replace(line, line + " + oops", 1))
+    with IsolatedWorker({"TRITON_INTERPRET": "0"}, timeout_s=300) as worker:
+        message = worker.run(_compile_error_of, str(broken))
+    assert f"`{line} + oops`" in message and "NameError" in message, message

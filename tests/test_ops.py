@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from scaletrain.ops import MaskView, layer_norm, softmax, traffic
 from scaletrain.ops.backends import Backend, resolve
-from scaletrain.ops.testing import TOLERANCE, assert_rel_close, rel_error
+from scaletrain.testing import TOLERANCE, assert_close, rel_error
 
 
 def _up(t):
@@ -36,8 +36,8 @@ def _check_softmax(x, *, dim=-1, mask=None, causal=False, backend="torch"):
     yr.backward(_up(dy))
     tol = TOLERANCE[x.dtype]
     assert y.dtype == x.dtype and y.shape == x.shape
-    assert_rel_close(y, yr, tol=tol, what="softmax forward")
-    assert_rel_close(x.grad, xr.grad, tol=4 * tol, what="softmax backward", floor=1e-6)
+    assert_close(y, yr, rtol=tol, what="softmax forward")
+    assert_close(x.grad, xr.grad, rtol=4 * tol, what="softmax backward", floor=1e-6)
     assert torch.equal(x.detach(), x_before), "softmax modified its input"
 
 
@@ -71,7 +71,7 @@ def test_softmax_mask_gradient_and_fully_masked_rows():
     softmax(x, mask=mask, backend="torch").backward(dy)
     mr = mask.detach().clone().requires_grad_()
     torch.softmax(x + mr, -1).backward(dy)
-    assert_rel_close(mask.grad, mr.grad, what="mask gradient")
+    assert_close(mask.grad, mr.grad, what="mask gradient")
     hidden = torch.zeros(3, 5)
     hidden[1] = float("-inf")
     y = softmax(torch.randn(3, 5), mask=hidden, backend="torch")
@@ -80,7 +80,7 @@ def test_softmax_mask_gradient_and_fully_masked_rows():
 
 def test_softmax_large_inputs_do_not_overflow():
     x = torch.tensor([[1000.0, 999.0, 0.0], [-1000.0, -1001.0, -5000.0]])
-    assert_rel_close(softmax(x, backend="torch"), torch.softmax(x, -1), what="softmax of large inputs")
+    assert_close(softmax(x, backend="torch"), torch.softmax(x, -1), what="softmax of large inputs")
 
 
 def _check_layer_norm(x, shape, *, affine=(True, True), backend="torch", offset=0.0):
@@ -96,11 +96,11 @@ def _check_layer_norm(x, shape, *, affine=(True, True), backend="torch", offset=
     yr = F.layer_norm(ref[0], shape, ref[1], ref[2])
     yr.backward(_up(dy))
     tol = TOLERANCE[x.dtype]
-    assert_rel_close(y, yr, tol=tol, what="layer_norm forward")
+    assert_close(y, yr, rtol=tol, what="layer_norm forward")
     for name, got, want in zip(("dx", "dweight", "dbias"), (x.grad, getattr(w, "grad", None), getattr(b, "grad", None)),
                                (r.grad if r is not None else None for r in ref)):
         if want is not None:
-            assert_rel_close(got, want, tol=8 * tol, what=f"layer_norm {name}", floor=1e-6)
+            assert_close(got, want, rtol=8 * tol, what=f"layer_norm {name}", floor=1e-6)
     assert torch.equal(x.detach(), x_before), "layer_norm modified its input"
 
 
@@ -197,7 +197,7 @@ def test_rel_error_fails_all_zeros_and_nan_mismatch():
     assert rel_error(torch.zeros_like(y), y) == 1.0  # an absolute atol=1e-2 would have passed it
     assert torch.allclose(torch.zeros_like(y), y, atol=1e-2)
     with pytest.raises(AssertionError, match="relative error 1 >"):
-        assert_rel_close(torch.zeros_like(y), y)
+        assert_close(torch.zeros_like(y), y)
     nan = y.clone()
     nan[0, 0] = float("nan")
     assert rel_error(nan, y) == float("inf")
@@ -249,9 +249,9 @@ def test_strided_inputs_and_parameters_are_handled():
     torch.manual_seed(6)
     x = torch.randn(8, 40)[:, ::2]               # non-contiguous rows
     w, b = torch.randn(40)[::2], torch.randn(40)[1::2]
-    assert_rel_close(layer_norm(x, 20, w, b, backend="torch"),
-                     F.layer_norm(x.double(), (20,), w.double(), b.double()), what="strided layer_norm")
-    assert_rel_close(softmax(x.t(), dim=0, backend="torch"), torch.softmax(x.t().double(), 0), what="strided softmax")
+    assert_close(layer_norm(x, 20, w, b, backend="torch"),
+                 F.layer_norm(x.double(), (20,), w.double(), b.double()), what="strided layer_norm")
+    assert_close(softmax(x.t(), dim=0, backend="torch"), torch.softmax(x.t().double(), 0), what="strided softmax")
 
 
 def test_interpreter_mode_changed_after_importing_triton_is_a_clear_error(monkeypatch):

@@ -1,10 +1,10 @@
 """The Triton kernels (kernels/*_triton.py) on CPU through the Triton interpreter, against
 torch's native softmax / layer_norm, forward and backward, through scaletrain.ops' autograd
 Functions.  Sizes are kept small except the Triton tutorial's irregular 1823 x 781 (the
-interpreter costs ~1 ms of Python per program; see TILE_ELEMENTS in the kernel files).
+interpreter costs ~1 ms of Python per program; see TILE_ELEMENTS in scaletrain/ops/tiles.py).
 
 Triton fixes interpreter-or-compiler when it is imported, so every case runs in one worker
-process started with TRITON_INTERPRET=1 (scaletrain.ops.testing.IsolatedWorker); the test
+process started with TRITON_INTERPRET=1 (scaletrain.ops.isolated.IsolatedWorker); the test
 functions here only name the case.  Case functions build their inputs from a seed.
 """
 
@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from scaletrain.ops import layer_norm, softmax
-from scaletrain.ops.testing import TOLERANCE, IsolatedWorker, assert_rel_close
+from scaletrain.ops.isolated import IsolatedWorker
+from scaletrain.testing import TOLERANCE, assert_close
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
                                 reason="the triton package is not installed (Linux x86-64 only)")
@@ -56,10 +57,10 @@ def autograd_softmax_case(shape, *, dtype=torch.float32, mask_shape=None, causal
     yr = torch.softmax(z, dim)
     yr.backward(_up(dy))
     tol = TOLERANCE[dtype]
-    assert_rel_close(y, yr, tol=tol, what=f"softmax {tuple(shape)}")
-    assert_rel_close(x.grad, xr.grad, tol=4 * tol, what="softmax dx", floor=1e-6)
+    assert_close(y, yr, rtol=tol, what=f"softmax {tuple(shape)}")
+    assert_close(x.grad, xr.grad, rtol=4 * tol, what="softmax dx", floor=1e-6)
     if mask is not None:
-        assert_rel_close(mask.grad, mr.grad, tol=4 * tol, what="softmax dmask", floor=1e-6)
+        assert_close(mask.grad, mr.grad, rtol=4 * tol, what="softmax dmask", floor=1e-6)
 
 
 def autograd_layer_norm_case(shape, norm, *, dtype=torch.float32, seed=0):
@@ -75,9 +76,9 @@ def autograd_layer_norm_case(shape, norm, *, dtype=torch.float32, seed=0):
     yr.backward(_up(dy))
     y = layer_norm(x.detach(), norm, w.detach(), b.detach(), backend="triton")
     tol = TOLERANCE[dtype]
-    assert_rel_close(y, yr, tol=tol, what=f"layer_norm {tuple(shape)}")
+    assert_close(y, yr, rtol=tol, what=f"layer_norm {tuple(shape)}")
     for name, got, r in (("dx", x.grad, ref[0]), ("dweight", w.grad, ref[1]), ("dbias", b.grad, ref[2])):
-        assert_rel_close(got, r.grad, tol=8 * tol, what=f"layer_norm {name}", floor=1e-6)
+        assert_close(got, r.grad, rtol=8 * tol, what=f"layer_norm {name}", floor=1e-6)
 
 
 def long_causal_rows_case():
@@ -90,7 +91,7 @@ def long_causal_rows_case():
     expected = torch.zeros_like(rows)
     expected[0, 0] = 1.0
     expected[1, :2] = torch.softmax(rows[1, :2], -1)
-    assert_rel_close(y, expected, what="causal softmax through the looped kernel")
+    assert_close(y, expected, what="causal softmax through the looped kernel")
     return type(load_kernel_module(KERNELS_DIR / "softmax_triton.py").softmax_fwd_kernel).__name__
 
 
@@ -99,10 +100,10 @@ def strided_case():
     torch.manual_seed(6)
     x = torch.randn(8, 40)[:, ::2]
     w, b = torch.randn(40)[::2], torch.randn(40)[1::2]
-    assert_rel_close(layer_norm(x, 20, w, b, backend="triton"),
-                     F.layer_norm(x.double(), (20,), w.double(), b.double()), what="strided layer_norm")
-    assert_rel_close(softmax(x.t(), dim=0, backend="triton"), torch.softmax(x.t().double(), 0),
-                     what="strided softmax")
+    assert_close(layer_norm(x, 20, w, b, backend="triton"),
+                 F.layer_norm(x.double(), (20,), w.double(), b.double()), what="strided layer_norm")
+    assert_close(softmax(x.t(), dim=0, backend="triton"), torch.softmax(x.t().double(), 0),
+                 what="strided softmax")
 
 
 # ---- tests ------------------------------------------------------------------------------------

@@ -19,10 +19,10 @@ from scaletrain.pipeline import (Action, PipelineExecutor, ScheduleError, gpipe,
                                  simulate, zb_h1)
 
 RTOL, ATOL = 1e-5, 4e-5
-SCHEDULES = [("gpipe", lambda p, m: gpipe(p, m), 1, lambda p: (p, 2 * p + 1)),
-             ("1f1b", lambda p, m: one_f_one_b(p, m), 1, lambda p: (p, 2 * p + 1)),
-             ("zb_h1", lambda p, m: zb_h1(p, m), 1, lambda p: (p, 2 * p + 1)),
-             ("interleaved", lambda p, m: interleaved_1f1b(p, m, 2), 2, lambda p: (p, 2 * p))]
+CASES = [("gpipe", lambda p, m: gpipe(p, m), 1, lambda p: (p, 2 * p + 1)),
+         ("1f1b", lambda p, m: one_f_one_b(p, m), 1, lambda p: (p, 2 * p + 1)),
+         ("zb_h1", lambda p, m: zb_h1(p, m), 1, lambda p: (p, 2 * p + 1)),
+         ("interleaved", lambda p, m: interleaved_1f1b(p, m, 2), 2, lambda p: (p, 2 * p))]
 
 
 def mlp_stages(num_stages: int, seed: int) -> tuple[list[nn.Module], list[int]]:
@@ -50,7 +50,7 @@ def run_and_compare(stages, x, y, schedule, p, rank, group, name, recv_window=No
     m = _m(schedule)
     ref_losses = [Fn.mse_loss(o, t).item() for o, t in zip(ref_out.split(len(x) // m), y.split(len(y) // m))]
     mine = {s: stages[s] for s in range(rank, len(stages), p)}
-    ex = PipelineExecutor(mine, schedule, Fn.mse_loss, group=group, recv_window=recv_window)
+    ex = PipelineExecutor(mine, schedule=schedule, loss_fn=Fn.mse_loss, group=group, recv_window=recv_window)
     losses = ex.step(x if ex.is_first_stage else None, y if ex.is_last_stage else None)
     bad = []
     for s, module in mine.items():
@@ -60,7 +60,7 @@ def run_and_compare(stages, x, y, schedule, p, rank, group, name, recv_window=No
                 bad.append(f"{name} p={p} m={m} stage {s} {pname}: max abs err {err:.2e}")
     if ex.is_last_stage and losses != pytest.approx(ref_losses, rel=1e-5):
         bad.append(f"{name} p={p}: losses {losses} != {ref_losses}")
-    if ex._stash or (ex._outputs and ex._outputs._saved) or ex._weight_work or ex._memory.current:
+    if ex.in_flight or ex.activation_bytes:
         bad.append(f"{name} p={p}: activations still held after the step")
     spans = ex.timeline
     if [s.action for s in spans] != schedule[rank] or any(
@@ -80,7 +80,7 @@ def _all_checks(rank: int, world_size: int):
     for p, group in groups.items():
         if rank >= p:
             continue
-        for name, make, v, m_values in SCHEDULES:
+        for name, make, v, m_values in CASES:
             for m in m_values(p):
                 stages, widths = mlp_stages(p * v, seed=100 * p + m)
                 gen = torch.Generator().manual_seed(m)
@@ -95,7 +95,7 @@ def _all_checks(rank: int, world_size: int):
         broken = gpipe(p, p)
         broken[0] = [Action(0, "F", 0), Action(0, "B", 0)] + [a for a in broken[0] if a.microbatch > 0]
         try:
-            PipelineExecutor({s: nn.Identity() for s in [rank]}, broken, Fn.mse_loss, group=group)
+            PipelineExecutor({s: nn.Identity() for s in [rank]}, schedule=broken, loss_fn=Fn.mse_loss, group=group)
             mismatches.append(f"p={p}: a deadlocking schedule was accepted")
         except ScheduleError as exc:
             if "rank 0 stalls at B0@s0" not in str(exc):
@@ -113,7 +113,8 @@ def _all_checks(rank: int, world_size: int):
                                           groups[2], name, recv_window=window)[0]
             checks += 1
         try:
-            PipelineExecutor({rank: blocks[rank]}, gpipe(2, 2), Fn.mse_loss, group=groups[2], recv_window=0)
+            PipelineExecutor({rank: blocks[rank]}, schedule=gpipe(2, 2), loss_fn=Fn.mse_loss, group=groups[2],
+                             recv_window=0)
             mismatches.append("recv_window=0 was accepted")
         except ValueError as exc:
             if "recv_window" not in str(exc):
@@ -134,7 +135,7 @@ def test_executor_gradients_equal_single_process_for_every_schedule():
             if rank >= p:
                 continue
             m = 2 * p + 1
-            in_flight = {n: simulate(make(p, m)).peak_in_flight[rank] for n, make, v, _ in SCHEDULES if v == 1}
+            in_flight = {n: simulate(make(p, m)).peak_in_flight[rank] for n, make, v, _ in CASES if v == 1}
             unit = peaks[("gpipe", p, m)] / in_flight["gpipe"]
             assert in_flight["gpipe"] == m and in_flight["1f1b"] == p - rank
             for n in ("1f1b", "zb_h1"):

@@ -226,17 +226,33 @@ def test_bubble_target_judges_only_ranks_with_a_core_each():
 def test_benchmark_bubble_rows_of_an_ideal_run_all_equal_the_closed_form():
     """Timelines simulated with equal stages (t_b = 2 t_f, no messages delay) stand in for a
     measured run: every fitted column must then give the closed form, and meas/replay 1."""
-    from scaletrain.pipeline.benchmark import SCHEDULES, _bubble_rows, make_schedule
+    from scaletrain.pipeline.benchmark import CHUNKS, bubble_rows, make_schedule
     p, m = 2, 4
     per_rank = [{} for _ in range(p)]
-    for name in SCHEDULES:
+    for name in CHUNKS:
         schedule, v = make_schedule(name, p, m)
         run = simulate(schedule, t_f=1.0 / v, t_b=2.0 / v, t_i=1.0, t_w=1.0)
         for r in range(p):
             per_rank[r][name] = [[s for s in run.spans if s.rank == r]] * 3  # three identical steps
-    rows, examples = _bubble_rows(p, m, per_rank)
-    assert [r["schedule"] for r in rows] == list(SCHEDULES) and set(examples) == set(SCHEDULES)
+    rows, examples = bubble_rows(p, m, per_rank)
+    assert [r["schedule"] for r in rows] == list(CHUNKS) and set(examples) == set(CHUNKS)
     for row in rows:
         for column in ("measured", "equal stages", "per stage", "+ jitter", "replay"):
             assert row[column] == pytest.approx(row["closed form"]), (row["schedule"], column)
         assert row["meas/replay"] == pytest.approx(1.0)
+
+
+def test_validate_compares_actions_by_their_fields_not_their_class():
+    """The assignment's pp_schedules.py defines its own Action: its schedules validate as they are."""
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class OwnAction:
+        stage: int
+        kind: str
+        microbatch: int
+
+    own = {r: [OwnAction(a.stage, a.kind, a.microbatch) for a in acts] for r, acts in one_f_one_b(3, 4).items()}
+    validate(own, 3, 4)
+    with pytest.raises(ScheduleError, match="is not an Action"):
+        validate({0: [("F", 0)]}, 1, 1)

@@ -111,7 +111,7 @@ def _check_accumulation(stage: int, size: int, group) -> None:
     case = verify.Case(model="gpt", optimizer="sgd_momentum", stage=stage, steps=2)
     rank = dist.get_rank(group)
     model = verify.make_model("gpt", 0)
-    engine = ZeRO(model, torch.optim.SGD, stage, group, bucket_cap_mb=case.bucket_cap_mb,
+    engine = ZeRO(model, optimizer_class=torch.optim.SGD, stage=stage, group=group, bucket_cap_mb=case.bucket_cap_mb,
                   **verify.OPTIMIZERS["sgd_momentum"][1])
     ref = verify.make_model("gpt", 0)
     ref_opt = torch.optim.SGD(ref.parameters(), **verify.OPTIMIZERS["sgd_momentum"][1])
@@ -133,7 +133,7 @@ def _check_round_trip(rank, groups, path, saved, loaded) -> None:
     error = None
     if rank < save_size:
         engine = verify.run_zero(case, groups[save_size])
-        ckpt = engine.state_dict()
+        ckpt = engine.full_state_dict()
         if rank == 0:
             torch.save(ckpt, path)
             plain = verify.make_model(case.model, seed=99)
@@ -150,9 +150,10 @@ def _check_round_trip(rank, groups, path, saved, loaded) -> None:
     resumed = verify.Case(model=case.model, optimizer="adamw", stage=load_stage, steps=2 * K, seed=case.seed)
     model = verify.make_model(case.model, seed=99)  # other weights: everything must come from the file
     cls, kwargs = verify.OPTIMIZERS["adamw"]
-    engine = ZeRO(model, cls, load_stage, groups[load_size], param_groups=verify.param_groups(case.model, model),
-                  bucket_cap_mb=case.bucket_cap_mb, **{**kwargs, "lr": 0.5})
-    engine.load_state_dict(torch.load(path, weights_only=True))
+    engine = ZeRO(model, optimizer_class=cls, stage=load_stage, group=groups[load_size],
+                  param_groups=verify.param_groups(case.model, model), bucket_cap_mb=case.bucket_cap_mb,
+                  **{**kwargs, "lr": 0.5})
+    engine.load_full_state_dict(torch.load(path, weights_only=True))
     verify.train_steps(engine, resumed, groups[load_size], range(K, 2 * K))
     ref_model, ref_opt = verify.run_reference(resumed, [save_size] * K + [load_size] * K)
     verify.compare(engine, ref_model, ref_opt, rtol=verify.RTOL["adamw"], label="resumed")

@@ -85,11 +85,11 @@ def test_param_groups_are_checked():
 def test_zero_rejects_bad_arguments_with_a_fix():
     model = MLP([2, 2])
     with pytest.raises(ValueError, match="stage must be one of"):
-        ZeRO(model, torch.optim.SGD, 4, lr=0.1)
+        ZeRO(model, optimizer_class=torch.optim.SGD, stage=4, lr=0.1)
     with pytest.raises(TypeError, match="not an instance"):
-        ZeRO(model, torch.optim.SGD(model.parameters(), lr=0.1), 1)
+        ZeRO(model, optimizer_class=torch.optim.SGD(model.parameters(), lr=0.1), stage=1)
     with pytest.raises(RuntimeError, match="need a process group"):
-        ZeRO(model, torch.optim.SGD, 1, lr=0.1)
+        ZeRO(model, optimizer_class=torch.optim.SGD, stage=1, lr=0.1)
 
 
 def test_expected_comm_is_the_papers_volume_with_padding():

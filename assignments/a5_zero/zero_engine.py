@@ -15,6 +15,10 @@ Per rank, with Ψ parameters, N ranks and fp32 Adam (4 B weights, 4 B gradients,
 more communication than data parallelism: an allreduce *is* a reduce-scatter followed by an
 all-gather, and ZeRO runs the optimizer between the two halves, on the shard each rank owns.
 
+`ZeRO` is a `torch.optim.Optimizer`: torch's loop, LR schedulers and closures drive it as they
+drive the optimizer it wraps, and it does the communication its stage needs around that
+optimizer's step on this rank's shard (what each stage shards: stages.py).
+
 How the pieces run in one training step `zero_grad(); loss = model(x); loss.backward(); step()`:
   stage 0  step: ring-allreduce every flat gradient, update every parameter.
   stage 1  step: reduce-scatter every flat gradient (task 5.2), update my shard, all-gather the
@@ -31,7 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 import torch.nn as nn
@@ -39,12 +43,13 @@ from torch.autograd import Variable
 
 from scaletrain.comm.counter import CommStats, comm_counter
 from scaletrain.comm.ring import ring_all_gather_chunks, ring_allreduce, ring_of, ring_reduce_scatter
+from scaletrain.dp.bucket import bucket_cap_bytes
 from scaletrain.zero import checkpoint, report
-from scaletrain.zero.layout import FlatUnit, bucket_units, default_unit_modules, module_units, resolve_param_groups
+from scaletrain.zero.layout import (FlatUnit, ParamGroup, bucket_units, default_unit_modules, module_units,
+                                    named_groups, resolve_param_groups, torch_param_groups)
+from scaletrain.zero.stages import STAGES, stage_facts
 
 __all__ = ["ZeRO", "shard_of", "unshard", "STAGES"]
-
-STAGES = (0, 1, 2, 3)
 
 
 # ------------------------------------------------------------------ task 5.1: the flat buffer
@@ -84,87 +89,160 @@ def unshard(full: torch.Tensor, local: torch.Tensor, group: Any = None) -> torch
 
 # ------------------------------------------------------------------ the engine
 
-class ZeRO:
+class ZeRO(torch.optim.Optimizer):
     """Shard a data-parallel model's states across the ranks of `group`: ZeRO stage 0-3.
 
-    `ZeRO(model, torch.optim.AdamW, stage=2, lr=1e-3)` on every rank, with the same model (same
-    seed); then train with `zero_grad()`, `model(x).backward()`, `step()`, each rank on its own
-    data. After every step all ranks hold the parameters a single process would have with the
-    averaged gradient (elementwise optimizers only: Adam(W), SGD with momentum; the padding
-    stays 0). Options:
-      param_groups:  torch's list of dicts (params + lr, weight_decay...); default: one group.
-      bucket_cap_mb: stages 0-2, the size of a flat buffer (DDP's default 25 MB).
+    `ZeRO(model, optimizer_class=torch.optim.AdamW, stage=2, lr=1e-3)` on every rank, with the
+    same model (same seed); then train as with any torch optimizer, `zero_grad()`,
+    `model(x).backward()`, `step()`, each rank on its own data. After every step all ranks hold
+    the parameters a single process would have with the averaged gradient (elementwise
+    optimizers only: Adam(W), SGD with momentum; the padding stays 0).
+
+    First argument: the model, or (stages 0-2, as torch's `ZeroRedundancyOptimizer(params,
+    optimizer_class, ...)`) what a torch optimizer takes: parameters, (name, parameter) pairs or
+    param-group dicts. Stage 3 needs the model: it gathers parameters around its modules' calls.
+    Options (keyword-only):
+      optimizer_class: the torch.optim.Optimizer class that steps each rank's shard.
+      stage:         0-3 (`STAGES`).
+      group:         the data-parallel process group (None: all ranks).
+      param_groups:  with a model, torch's list of dicts (params + lr, weight_decay...); default:
+                     one group of all its parameters.
+      bucket_cap_mb: stages 0-2, the size of a flat buffer (DDP's default 25 MB; None: one buffer
+                     per param group).
       unit_modules:  stage 3, the modules gathered one at a time (default: the model's children,
                      each transformer block separately; what they do not own stays with the root).
+      **defaults:    the optimizer's options (lr=...), as `optimizer_class` takes them.
+
+    As a torch optimizer: `param_groups` hold the parameters as given (LR schedulers change their
+    options, which `step` hands to the wrapped optimizer, `self.optimizer`, before it steps);
+    `state` is that optimizer's, keyed by this rank's flat shards; `step(closure)`,
+    `zero_grad(set_to_none=True)` and `add_param_group` (stages 0-2) behave as torch's;
+    `state_dict()` is torch's shape with the whole state, gathered from every rank (collective),
+    and `load_state_dict` re-shards it. `full_state_dict()` / `load_full_state_dict()` add the
+    model's parameters, for a checkpoint that reloads at any world size and stage.
     Frozen parameters are neither sharded nor updated: every rank keeps them whole. Every rank
     must use the same parameters in its forward (as DDP without find_unused_parameters): the
     reduce-scatters are issued as gradients arrive, and ranks must issue them in the same order.
     """
 
-    def __init__(self, model: nn.Module, optimizer_cls: type, stage: int, group: Any = None, *,
-                 param_groups: Iterable[dict] | None = None, bucket_cap_mb: float = 25.0,
-                 unit_modules: Sequence[nn.Module] | None = None, **optimizer_kwargs: Any):
-        if stage not in STAGES or isinstance(stage, bool):
-            raise ValueError(f"ZeRO: stage must be one of {STAGES}, got {stage!r}")
-        if not (isinstance(optimizer_cls, type) and issubclass(optimizer_cls, torch.optim.Optimizer)):
-            raise TypeError(f"ZeRO: optimizer_cls must be a torch.optim.Optimizer class such as "
-                            f"torch.optim.AdamW (not an instance), got {optimizer_cls!r}")
-        if bucket_cap_mb <= 0:
-            raise ValueError(f"ZeRO: bucket_cap_mb must be > 0, got {bucket_cap_mb}")
+    def __init__(self, params: nn.Module | Iterable, *, optimizer_class: type, stage: int, group: Any = None,
+                 param_groups: Iterable[dict] | None = None, bucket_cap_mb: float | None = 25.0,
+                 unit_modules: Sequence[nn.Module] | None = None, **defaults: Any):
+        self.facts = stage_facts(stage)  # raises a clear error for anything but 0-3
+        if not (isinstance(optimizer_class, type) and issubclass(optimizer_class, torch.optim.Optimizer)):
+            raise TypeError(f"ZeRO: optimizer_class must be a torch.optim.Optimizer class such as "
+                            f"torch.optim.AdamW (not an instance), got {optimizer_class!r}")
+        self.model = params if isinstance(params, nn.Module) else None
+        if self.model is None and self.facts.parameters:
+            raise TypeError("ZeRO: stage 3 gathers parameters around their modules' forward and backward; "
+                            "pass the model, not its parameters")
+        groups = resolve_param_groups(params, param_groups)
         ring = ring_of(group)  # raises a clear error outside a process group
-        self.model, self.stage, self.group = model, stage, group
+        self.stage, self.group, self.bucket_cap_mb = stage, group, bucket_cap_mb
         self.dp_rank, self.dp_world_size = ring.rank, ring.world_size
-        groups = resolve_param_groups(model, param_groups)
-        where = dict(dp_rank=self.dp_rank, dp_world_size=self.dp_world_size)
-        if stage == 3:
-            modules = default_unit_modules(model) if unit_modules is None else list(unit_modules)
-            self.units = module_units(model, groups, modules, **where)
-        else:
-            self.units = bucket_units(groups, bucket_cap_bytes=int(bucket_cap_mb * 2**20), **where)
+        named = (list(self.model.named_parameters()) if self.model is not None
+                 else [pair for g in groups for pair in g.all_named])
+        self._names = {id(p): n for n, p in named}
+        self.units = self._build_units(groups, unit_modules)
         if not self.units:
             raise ValueError("ZeRO: the model has no trainable parameters")
-        for unit in self.units:
-            self._make_shard(unit)
-        self.optimizer = optimizer_cls(
+        self.optimizer = optimizer_class(
             [{**g.options, "params": [u.shard for u in self.units if u.group_index == i]}
-             for i, g in enumerate(groups)], **optimizer_kwargs)
-        self.frozen = [p for p in model.parameters() if not p.requires_grad]
+             for i, g in enumerate(groups)], **defaults)
+        self._built = False  # torch.optim.Optimizer.__init__ adds the groups the units already hold
+        super().__init__([{**g.options, "params": [p for _, p in g.all_named]} for g in groups],
+                         self.optimizer.defaults)
+        self._built = True
+        self.frozen = [p for _, p in named if not p.requires_grad]
         self.sent = CommStats()  # bytes this rank sent for training (hooks + step), not checkpoints
         self.steps = 0
         self._finish_queued = False
         self._register_hooks()
 
+    def _build_units(self, groups: Sequence[ParamGroup], unit_modules: Sequence[nn.Module] | None,
+                     first_group: int = 0) -> list[FlatUnit]:
+        """The flat units of `groups` (optimizer groups first_group, first_group + 1, ...), sharded."""
+        where = dict(dp_rank=self.dp_rank, dp_world_size=self.dp_world_size)
+        if self.facts.parameters:
+            modules = default_unit_modules(self.model) if unit_modules is None else list(unit_modules)
+            units = module_units(self.model, groups, modules, **where)
+        else:
+            cap = bucket_cap_bytes(self.bucket_cap_mb, [p for g in groups for _, p in g.named])
+            units = bucket_units(groups, bucket_cap_bytes=cap, first_group=first_group, **where)
+        for unit in units:
+            self._make_shard(unit)
+        return units
+
     def _make_shard(self, unit: FlatUnit) -> None:
-        if self.stage == 0:
+        if not self.facts.optimizer_state:
             unit.shard = nn.Parameter(unit.full)  # no sharding: the optimizer sees every element
-        elif self.stage in (1, 2):
+        elif not self.facts.parameters:
             unit.shard = nn.Parameter(shard_of(unit.full, self.dp_rank, self.dp_world_size))
         else:
             unit.shard = nn.Parameter(shard_of(unit.full, self.dp_rank, self.dp_world_size).clone())
             self._free(unit)
-        if self.stage <= 1:
+        if not self.facts.gradients:
             unit.attach_flat_grad()
-        if self.stage == 0:
-            unit.shard.grad = unit.flat_grad
         unit.pending = len(unit.params)
+
+    @property
+    def state(self) -> dict:
+        """This rank's optimizer state: the wrapped optimizer's, keyed by the flat shards it steps."""
+        return self.optimizer.state
+
+    @state.setter
+    def state(self, value: dict) -> None:  # torch.optim.Optimizer.__init__ and unpickling assign it
+        self.optimizer.state = value
+
+    def add_param_group(self, param_group: dict) -> None:
+        """torch's `add_param_group` (e.g. layers unfrozen to fine-tune), stages 0-2; collective:
+        every rank adds the same group. Its trainable parameters get flat units of their own."""
+        if not self._built:
+            return super().add_param_group(param_group)
+        if self.facts.parameters:
+            raise NotImplementedError("ZeRO: stage 3 assigns parameters to module units once, when it is "
+                                      "built; pass every param group to the constructor")
+        (param_group,), numbered = torch_param_groups([param_group], first=len(self._names))
+        # without a model, new parameters are numbered on, as torch's state_dict numbers them
+        names = self._names if self.model is not None else {**numbered, **self._names}
+        group, = named_groups([param_group], names, where="a parameter of the model")
+        super().add_param_group(param_group)  # torch's checks (a parameter in two groups) and defaults
+        self._names = names
+        units = self._build_units([group], None, first_group=len(self.param_groups) - 1)
+        self.units.extend(units)
+        self.optimizer.add_param_group({**group.options, "params": [u.shard for u in units]})
+        for unit in units:
+            self._hook_grads(unit)
 
     # -------------------------------------------------------------- the step
 
     @torch.no_grad()
-    def step(self) -> None:
-        """One optimizer step on this rank's shard, with the communication its stage needs."""
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """One optimizer step on this rank's shard, with the communication its stage needs.
+
+        `closure` (torch's contract): re-evaluates the model, runs its backward and returns the
+        loss; it runs first, with gradients enabled, and its loss is returned."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._sync_options()
         with self._counting():
-            if self.stage == 0:
-                for unit in self.units:
-                    ring_allreduce(unit.sync_flat_grad(), op="avg", group=self.group)
-                self.optimizer.step()
-            elif self.stage == 1:
-                self._step_stage1()
-            elif self.stage == 2:
-                self._step_stage2()
-            else:
-                self.optimizer.step()  # params stay sharded: the next forward gathers them
+            (self._step_stage0, self._step_stage1, self._step_stage2, self._step_stage3)[self.stage]()
         self.steps += 1
+        return loss
+
+    def _sync_options(self) -> None:
+        """Hand the options of `param_groups` (lr, weight decay...: what LR schedulers and users
+        change) to the wrapped optimizer's groups, as torch's ZeroRedundancyOptimizer does."""
+        for mine, inner in zip(self.param_groups, self.optimizer.param_groups):
+            inner.update({k: v for k, v in mine.items() if k not in ("params", "param_names")})
+
+    def _step_stage0(self) -> None:
+        """Plain data parallelism: average every flat gradient over the ranks, update everything."""
+        for unit in self.units:
+            unit.shard.grad = ring_allreduce(unit.sync_flat_grad(), op="avg", group=self.group)
+        self.optimizer.step()
 
     def _step_stage1(self) -> None:
         """Task 5.2. For every unit: average `unit.sync_flat_grad()` (N·m elements) over the ranks
@@ -199,6 +277,11 @@ class ZeRO:
         """Task 5.3. The gradients were reduce-scattered during backward: update this rank's
         shard, then all-gather the shards into the parameters (as in stage 1)."""
         raise NotImplementedError('a5 task 5.3: implement `_step_stage2` (see assignments/a5_zero/README.md)')
+
+    def _step_stage3(self) -> None:
+        """The gradients were reduce-scattered during backward: update this rank's shard only (no
+        all-gather: the next forward gathers the parameters it needs)."""
+        self.optimizer.step()
 
     # -------------------------------------------------------------- stage 3: parameters
 
@@ -241,18 +324,21 @@ class ZeRO:
     # -------------------------------------------------------------- hooks and bookkeeping
 
     def _register_hooks(self) -> None:
-        if self.stage >= 2:
-            for unit in self.units:
-                for p in unit.params:
-                    p.register_post_accumulate_grad_hook(
-                        lambda _p, unit=unit: self._counted_hook(self._on_grad, unit))
-        if self.stage == 3:
+        for unit in self.units:
+            self._hook_grads(unit)
+        if self.facts.parameters:
             self._units_of: dict[nn.Module, list[FlatUnit]] = {}
             for unit in self.units:
                 self._units_of.setdefault(unit.module, []).append(unit)
             for module in self._units_of:
                 module.register_forward_pre_hook(functools.partial(self._counted_hook, self._pre_forward))
                 module.register_forward_hook(functools.partial(self._counted_hook, self._post_forward))
+
+    def _hook_grads(self, unit: FlatUnit) -> None:
+        """Sharded gradients (stages 2-3): count each of the unit's gradients as autograd finishes it."""
+        if self.facts.gradients:
+            for p in unit.params:
+                p.register_post_accumulate_grad_hook(lambda _p, unit=unit: self._counted_hook(self._on_grad, unit))
 
     def _on_grad(self, unit: FlatUnit) -> None:
         self._queue_finish()
@@ -273,7 +359,7 @@ class ZeRO:
         for unit in self.units:
             if 0 < unit.pending < len(unit.params):
                 self._reduce_scatter_unit(unit)
-            if self.stage == 3 and unit.gathered:
+            if self.facts.parameters and unit.gathered:
                 self._free(unit)
             unit.pending = len(unit.params)
         self._finish_queued = False
@@ -289,35 +375,67 @@ class ZeRO:
         self.sent.bytes_sent += stats.bytes_sent
         self.sent.messages += stats.messages
 
-    def zero_grad(self) -> None:
-        """Clear the gradients: zero the flat buffers in place (stages 0-1, so `p.grad` stays a view
-        of them) or drop them (stages 2-3, shards included)."""
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """torch's `zero_grad` on the parameters, and the same for the gradient shards (held from
+        backward to step): set to None, or zeroed in place (stages 0-1 then keep every `p.grad` a
+        view of the flat buffer, so the next backward accumulates straight into it)."""
+        super().zero_grad(set_to_none)
         for unit in self.units:
-            if unit.flat_grad is not None:
-                unit.flat_grad.zero_()
-                unit.sync_flat_grad()
-            else:
+            if set_to_none or unit.shard.grad is None:
                 unit.shard.grad = None
-                for p in unit.params:
-                    p.grad = None
+            else:
+                unit.shard.grad.zero_()
 
     # -------------------------------------------------------------- reports and checkpoints
 
     def memory_report(self) -> "report.MemoryReport":
         """Bytes this rank holds now for parameters, gradients and optimizer state (storages)."""
-        return report.measure_memory(self)
+        return report.measure_memory(self.units, self.optimizer, self.frozen)
 
     def comm_report(self) -> "report.CommReport":
         """Bytes this rank sent for training since it was built, and what the formula expects."""
-        return report.comm_report(self)
+        return report.comm_report(self.units, self.stage, self.sent, self.steps)
 
-    def state_dict(self) -> dict | None:
-        """A full, unpadded checkpoint (model + optimizer) on dp rank 0; None on the others."""
-        return checkpoint.full_state_dict(self)
+    def state_dict(self) -> dict:
+        """Collective: torch's optimizer state_dict, whole, on every rank: what a plain
+        `optimizer_class` over `param_groups` in one process would return (parameters numbered
+        across the groups, each one's state shaped like it), so either can load it."""
+        self._sync_options()
+        return checkpoint.indexed(checkpoint.named_optimizer_state(self.units, self.optimizer, self.group,
+                                                                   self._group_names()))
 
-    def load_state_dict(self, state: dict) -> None:
-        """Re-shard a `state_dict()` checkpoint (from any world size) onto this run's ranks."""
-        checkpoint.load_full_state_dict(self, state)
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Load a torch-shaped optimizer state_dict (ours from any world size and stage, or a plain
+        optimizer's over the same param groups) on every rank, keeping this rank's shard."""
+        named = checkpoint.by_name(state_dict, self._group_names())
+        checkpoint.load_optimizer_state(self.units, self.optimizer, self.stage, named)
+        self._adopt_options(named)
+
+    def full_state_dict(self) -> dict | None:
+        """Collective: a full, unpadded checkpoint (model + optimizer, by name) on dp rank 0;
+        None on the others."""
+        self._sync_options()
+        return checkpoint.full_state_dict(self.units, self.optimizer, self.stage, self.group,
+                                          group_names=self._group_names(), tensors=self._checkpoint_tensors())
+
+    def load_full_state_dict(self, state: dict) -> None:
+        """Re-shard a `full_state_dict()` checkpoint (from any world size and stage) onto this run's ranks."""
+        checkpoint.load_full_state_dict(self.units, self.optimizer, self.stage, self._checkpoint_tensors(), state)
+        self._adopt_options(state["optimizer"])
+
+    def _adopt_options(self, named: dict) -> None:
+        """The saved groups' options (lr, a scheduler's initial_lr...) become `param_groups`'."""
+        for mine, saved in zip(self.param_groups, named["param_groups"]):
+            mine.update({k: v for k, v in saved.items() if k != "params"})
+
+    def _group_names(self) -> list[list[str]]:
+        return [[self._names[id(p)] for p in g["params"]] for g in self.param_groups]
+
+    def _checkpoint_tensors(self) -> dict[str, torch.Tensor]:
+        """What the checkpoint's model part holds: the model's state_dict, or the parameters by name."""
+        if self.model is not None:
+            return self.model.state_dict(keep_vars=True)
+        return {self._names[id(p)]: p for g in self.param_groups for p in g["params"]}
 
 
 def _tensors(output: Any) -> Iterator[torch.Tensor]:

@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import operator
-import os
 import re
-import shutil
 import tempfile
 import threading
 import time
@@ -299,23 +297,6 @@ def _preflight(dpm, pre: dict, wait_s: float) -> None:
             dist.destroy_process_group()
 
 
-@contextlib.contextmanager
-def _reachable_cwd():
-    """Ranks start by changing into the worker's working folder by its absolute path, which can
-    lie under a folder the worker may not traverse (the grader's own, mode 0700; the worker got
-    in before it dropped its rights): run them from a fresh folder of the temp dir instead, which
-    `tempfile` has checked is reachable, and remove it afterwards."""
-    here = os.open(".", os.O_RDONLY)
-    folder = tempfile.mkdtemp(prefix="a3-ranks-")
-    try:
-        os.chdir(folder)
-        yield
-    finally:
-        os.fchdir(here)
-        os.close(here)
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 def data_parallel(stem: str, plan: dict) -> list[dict]:
     """The preflight, then `_rank` on plan["world_size"] ranks: one dict per rank."""
     from scaletrain.launch import RankError, spawn
@@ -323,9 +304,8 @@ def data_parallel(stem: str, plan: dict) -> list[dict]:
     dpm = student_module(stem)
     _preflight(dpm, plan["preflight"], plan["wait_s"])
     try:
-        with _reachable_cwd():
-                return [wire.decode(r) for r in spawn(_rank, plan["world_size"], stem, wire.encode(plan),
-                                                  timeout_s=plan["spawn_timeout_s"])]
+        return [wire.decode(r) for r in spawn(_rank, plan["world_size"], stem, wire.encode(plan),
+                                              timeout_s=plan["spawn_timeout_s"])]
     except RankError as exc:  # a rank died outside the scenarios: keep what kind of failure it was
         kind = {"NotImplementedError": NotImplementedError, "AssertionError": AssertionError,
                 "Flagged": Flagged}.get(exc.exc_type)

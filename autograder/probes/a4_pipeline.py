@@ -7,8 +7,8 @@ side sends, their outputs returned as data.
   type, message, `rank` and `action`.
 - `run_executor`: the student's `PipelineExecutor` on 3 ranks, one step per case (stage modules
   built from the given spec and parameters, the given batch and schedule). Per rank and case:
-  the parameter gradients, what `step` returned, the stash left over, and a trace recorded by
-  wrappers around the stage modules, which the executor never sees as anything but its stages:
+  the parameter gradients, what `step` returned, what it still holds (`in_flight`), and a trace
+  recorded by wrappers around the stage modules, which the executor never sees as anything but its stages:
   every forward (its stage, a copy of its input, how many stage outputs were alive), every
   gradient that reached a stage output (which forward it belongs to), every weight-gradient
   accumulation. The trusted side reads the order of actions and the activations held from it.
@@ -18,11 +18,6 @@ trusted side (autograder/suites/a4_pipeline.py).
 """
 
 from __future__ import annotations
-
-import contextlib
-import os
-import shutil
-import tempfile
 
 from autograder import wire
 from autograder.checks import student_module
@@ -100,30 +95,10 @@ def run_executor(stem: str, cases: list, timeout_s: float):
 
     p = len(cases[0]["schedule"])
     try:
-        with _reachable_cwd():
-            per_rank = spawn(_executor_rank, p, stem, wire.encode(cases), timeout_s=timeout_s)
+        per_rank = spawn(_executor_rank, p, stem, wire.encode(cases), timeout_s=timeout_s)
     except RankError as exc:
         raise _as_rank_failure(exc) from None
     return [wire.decode(out) for out in per_rank]
-
-
-@contextlib.contextmanager
-def _reachable_cwd():
-    """The ranks start in this process's folder, reached by its path. Where the worker holds its
-    folder only as an open cwd (a capability-less root below the grader's private folder), the
-    ranks could not enter it: they start in a fresh folder of their own instead, removed after."""
-    if os.access(os.getcwd(), os.R_OK | os.W_OK | os.X_OK):
-        yield
-        return
-    here = os.open(".", os.O_RDONLY)
-    folder = tempfile.mkdtemp(prefix="a4-ranks-", dir="/tmp")
-    try:
-        os.chdir(folder)
-        yield
-    finally:
-        os.fchdir(here)
-        os.close(here)
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _as_rank_failure(exc) -> Exception:
@@ -221,16 +196,16 @@ def _executor_rank(rank: int, world_size: int, stem: str, cases: list) -> list:
         specs, states = case["specs"], case["states"]
         mine = {s: Traced(_build(specs[s], states[s]), s, trace) for s in range(len(specs)) if s % world_size == rank}
         schedule = {r: [mod.Action(s, k, i) for s, k, i in actions] for r, actions in case["schedule"]}
-        ex = mod.PipelineExecutor(mine, schedule, Fn.mse_loss)
+        ex = mod.PipelineExecutor(mine, schedule=schedule, loss_fn=Fn.mse_loss)
         last = len(specs) - 1
         losses = ex.step(case["x"] if 0 in mine else None, case["y"] if last in mine else None)
-        stash = getattr(ex, "_stash", None)
+        held = getattr(ex, "in_flight", None)
         gc.collect()
         results.append({
             "grads": {str(s): [(name, None if q.grad is None else q.grad.detach().clone())
                                for name, q in module.inner.named_parameters()] for s, module in mine.items()},
             "losses": _losses(losses),
-            "stash_left": len(stash) if isinstance(stash, dict) else _field(stash),
+            "in_flight_after": len(held) if isinstance(held, list) else _field(held),
             "alive_after": trace.alive(),
             "events": trace.events,
         })

@@ -273,9 +273,9 @@ def _train(zm, job: dict, group, sent: _Sent) -> dict:
     from scaletrain.zero.verify import micro_batch_loss
 
     model, groups = build_model(job["model"], job["seed"])
-    optimizer_cls = getattr(torch.optim, OPTIMIZERS[job["optimizer"]])
+    optimizer_class = getattr(torch.optim, OPTIMIZERS[job["optimizer"]])
     stage, seed, trace = job["stage"], job["seed"], job["trace"]
-    engine = zm.ZeRO(model, optimizer_cls, stage, group, param_groups=groups,
+    engine = zm.ZeRO(model, optimizer_class=optimizer_class, stage=stage, group=group, param_groups=groups,
                      bucket_cap_mb=job["bucket_cap_mb"], **job["options"])
     meter = _Meter(engine, model, sent)
     if trace and stage >= 2:  # registered after the engine's hooks: they run after them

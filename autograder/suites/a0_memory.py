@@ -21,6 +21,7 @@ import random
 from autograder import checks
 from autograder.attacks import IMPORTER, report_forger
 from autograder.manifest import REPO, Check, Group, Manifest, Planted, Task
+from scaletrain.testing import assert_close
 
 F = "memory.py"
 SRC = "lib/scaletrain/memory.py"
@@ -135,20 +136,12 @@ MANIFEST = Manifest(
 )
 
 TRIALS = 25
+RTOL = 1e-9  # the answers are integers; the floats (MFU) differ by the order of operations only
 
 
 def _reference():
     from scaletrain import memory
     return memory
-
-
-def _close(got, want, *, call: str, rtol: float = 1e-9) -> None:
-    """Relative comparison of one number; ints and floats both accepted, bools and None not."""
-    if isinstance(got, bool) or not isinstance(got, (int, float)):
-        raise AssertionError(f"{call} returned {type(got).__name__} {got!r}; expected a number like {want}")
-    if abs(got - want) > rtol * abs(want):  # want == 0 demands exactly 0
-        rel = f" (relative error {abs(got - want) / abs(want):.2g})" if want else ""
-        raise AssertionError(f"{call} = {got:,}, expected {want:,}{rel}")
 
 
 def _call(fn, *args, **kwargs):
@@ -195,7 +188,7 @@ def group_formulas(ctx):
                       n_layer=rng.randint(1, 128), hidden=rng.randint(1, 200) * 64 + rng.choice([0, 8, 24]),
                       tied_embeddings=rng.random() < 0.5)
             got, call = _call(mem.gpt_num_params, **kw)
-            _close(got, ref.gpt_num_params(**kw), call=call, rtol=0)
+            assert_close(got, ref.gpt_num_params(**kw), rtol=0, what=call)
     with ctx.check("bytes per parameter for every precision and optimizer"):
         for precision in ref.PRECISIONS:
             for optimizer in ref.OPTIMIZERS:
@@ -206,20 +199,20 @@ def group_formulas(ctx):
         g = ref.GPT1
         got, call = _call(mem.activation_bytes, seq_len=g["block_size"], batch_size=1, hidden=g["hidden"],
                           n_layer=g["n_layer"], n_head=g["n_head"])
-        _close(got, 349_175_808, call=call)
+        assert_close(got, 349_175_808, rtol=RTOL, what=call)
     with ctx.check("activation bytes on hidden configurations (tensor parallel, fp32)"):
         for seed in checks.trial_seeds(TRIALS, salt=3):
             rng = random.Random(seed)
             kw = dict(_random_shape(rng, tp=True), bytes_per_element=rng.choice([2, 4]))
             got, call = _call(mem.activation_bytes, **kw)
-            _close(got, ref.activation_bytes(**kw), call=call)
+            assert_close(got, ref.activation_bytes(**kw), rtol=RTOL, what=call)
     with ctx.check("activation bytes with full checkpointing"):
         for seed in checks.trial_seeds(TRIALS, salt=4):
             rng = random.Random(seed)
             kw = dict(_random_shape(rng, tp=rng.random() < 0.5), bytes_per_element=rng.choice([2, 4]),
                       checkpointing=True)
             got, call = _call(mem.activation_bytes, **kw)
-            _close(got, ref.activation_bytes(**kw), call=call)
+            assert_close(got, ref.activation_bytes(**kw), rtol=RTOL, what=call)
     with ctx.check("the ZeRO paper's table: 120 / 31.4 / 16.6 / 1.9 GB"):
         paper = ctx.remote("memory", probe="autograder.probes.a0_memory:zero_memory_with_bytes_per_param")
         for stage, gb in enumerate([120.0, 31.4, 16.6, 1.9]):
@@ -236,7 +229,7 @@ def group_formulas(ctx):
             got, call = _call(mem.zero_memory_per_rank, *args, **kw)
             got, want = _breakdown(ref, got, call), ref.zero_memory_per_rank(*args, **kw)
             for field in ("params", "grads", "optimizer"):  # a ceil(Ψ/N) slip shows at small Ψ
-                _close(getattr(got, field), getattr(want, field), call=f"{call}.{field}")
+                assert_close(getattr(got, field), getattr(want, field), rtol=RTOL, what=f"{call}.{field}")
 
 
 def group_flops(ctx):
@@ -247,14 +240,14 @@ def group_flops(ctx):
             kw = dict(num_params=rng.randint(10**5, 10**12), num_tokens=rng.randint(10**3, 10**13),
                       recompute=rng.random() < 0.5)
             got, call = _call(mem.training_flops, **kw)
-            _close(got, ref.training_flops(**kw), call=call)
+            assert_close(got, ref.training_flops(**kw), rtol=RTOL, what=call)
     with ctx.check("MFU"):
         for seed in checks.trial_seeds(TRIALS, salt=7):
             rng = random.Random(seed)
             kw = dict(num_params=rng.randint(10**6, 10**11), tokens_per_second=rng.uniform(1e2, 1e6),
                       peak_flops_per_second=rng.uniform(1e13, 2e15))
             got, call = _call(mem.mfu, **kw)
-            _close(got, ref.mfu(**kw), call=call)
+            assert_close(got, ref.mfu(**kw), rtol=RTOL, what=call)
 
 
 def _tiny_configs():
@@ -276,10 +269,10 @@ def group_measured(ctx):
             model = GPT(cfg)
             shape = dict(vocab_size=cfg.vocab_size, block_size=cfg.block_size, n_layer=cfg.n_layer, hidden=cfg.n_embd)
             got, call = _call(mem.gpt_num_params, **shape)
-            _close(got, sum(p.numel() for p in model.parameters()), call=call, rtol=0)
+            assert_close(got, sum(p.numel() for p in model.parameters()), rtol=0, what=call)
             model.lm_head.weight = torch.nn.Parameter(model.wte.weight.detach().clone())
             got, call = _call(mem.gpt_num_params, **shape, tied_embeddings=False)
-            _close(got, sum(p.numel() for p in model.parameters()), call=f"{call} (untied head)", rtol=0)
+            assert_close(got, sum(p.numel() for p in model.parameters()), rtol=0, what=f"{call} (untied head)")
     with ctx.check("model-state bytes equal those measured in a real step"):
         cfg = _tiny_configs()[0][0]
         n = sum(p.numel() for p in GPT(cfg).parameters())
@@ -299,7 +292,7 @@ def group_measured(ctx):
             del shape["tp"]
             kw = dict(shape, vocab_size=rng.randint(2, 70_000), checkpointing=rng.random() < 0.5)
             got, call = _call(mem.tiny_gpt_activation_bytes, **kw)
-            _close(got, ref.tiny_gpt_activation_bytes(**kw), call=call)
+            assert_close(got, ref.tiny_gpt_activation_bytes(**kw), rtol=RTOL, what=call)
     with ctx.check("tiny-GPT activations match the bytes measured in a real step"):
         for cfg, b, s in _tiny_configs():
             for ckpt in (False, True):
@@ -307,4 +300,4 @@ def group_measured(ctx):
                                   n_layer=cfg.n_layer, n_head=cfg.n_head, vocab_size=cfg.vocab_size,
                                   checkpointing=ckpt)
                 m = measure_training_step(GPT(cfg), batch_size=b, seq_len=s, checkpointing=ckpt)
-                _close(got, m.activations_peak, call=call + " vs measured", rtol=0.01)
+                assert_close(got, m.activations_peak, rtol=0.01, what=call + " vs measured")

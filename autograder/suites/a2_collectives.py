@@ -635,6 +635,8 @@ class _Timer:
 def _measure(timer: _Timer, op: str) -> tuple[float, float, float]:
     """Median, p20, p80 of student/baseline time per pair of batches, this machinery's overhead (a
     batch of no calls on the baseline's ranks) taken off both."""
+    from scaletrain.bench import quantile
+
     timer.batch("student", op)
     timer.batch("gloo", op)  # warm-up
     student, baseline, overhead = [], [], []
@@ -645,22 +647,16 @@ def _measure(timer: _Timer, op: str) -> tuple[float, float, float]:
         overhead.append(timer.batch("gloo", "none"))
     o = statistics.median(overhead)
     ratios = [max(s - o, 1e-6) / max(b - o, 0.25 * b) for s, b in zip(student, baseline)]
-    return statistics.median(ratios), _quantile(ratios, 0.2), _quantile(ratios, 0.8)
+    return statistics.median(ratios), quantile(ratios, 0.2), quantile(ratios, 0.8)
 
 
-def _quantile(xs, q: float) -> float:
-    s = sorted(xs)
-    pos = q * (len(s) - 1)
-    lo, hi = int(pos), min(int(pos) + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
-def _speed_verdict(ratios, limit: float, what: str) -> None:
+def _speed_verdict(ctx, ratios, limit: float, what: str) -> None:
     ratio, p20, p80 = ratios
     if ratio < 0.1:
         raise checks.Flagged(f"{what}: {1 / ratio:.0f}x faster than the backend's own collective is implausible")
-    assert ratio <= limit, (f"{what}: {ratio:.2f}x the backend's time (p20-p80 {p20:.2f}-{p80:.2f}), "
-                            f"limit {limit}x: segment the chunks, post receives early, reuse buffers")
+    measured = f"{what}: {ratio:.2f}x the backend's time (p20-p80 {p20:.2f}-{p80:.2f}), limit {limit}x"
+    assert ratio <= limit, f"{measured}: segment the chunks, post receives early, reuse buffers"
+    ctx.note(measured)
 
 
 def _speed(ctx, device: str, p: int, mib: int, checks_by_op: dict) -> None:
@@ -705,7 +701,7 @@ def _speed(ctx, device: str, p: int, mib: int, checks_by_op: dict) -> None:
             except Exception as exc:  # the worker or the ranks are gone: no later check can be timed
                 fatal = exc
                 raise
-            _speed_verdict(ratios, limit, what)
+            _speed_verdict(ctx, ratios, limit, what)
     if not isinstance(fatal, (TimeoutError, StudentCrash)):
         _shutdown(ctx)
 

@@ -718,9 +718,9 @@ def _judge(case: _Case, rank: int, out: dict) -> tuple[list[str], list[str]]:
                 a is None or not abs(a - b) <= 1e-5 * max(1.0, abs(b)) for a, b in zip(values, case.losses)):
             loss_problems.append(f"{case.label}, rank {rank}: step() returned {losses!r:.200}, expected the {m} "
                                  f"microbatch losses {[round(v, 6) for v in case.losses]}")
-    if out["stash_left"] != 0:
-        loss_problems.append(f"{case.label}, rank {rank}: {out['stash_left']} (stage, microbatch) entries still "
-                             "stashed after the step")
+    if out["in_flight_after"] != 0:
+        loss_problems.append(f"{case.label}, rank {rank}: {out['in_flight_after']} (stage, microbatch) pairs still "
+                             "held (stashed activations or pending W) after the step")
     if out["alive_after"] != 0:
         loss_problems.append(f"{case.label}, rank {rank}: {out['alive_after']} stage outputs (activations) still "
                              "alive after step() returned")

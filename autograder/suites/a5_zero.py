@@ -67,12 +67,12 @@ def _semantic_cheats() -> tuple[Planted, ...]:
     report_formula = (
         '    def memory_report(self) -> "report.MemoryReport":\n'
         '        """Bytes this rank holds now for parameters, gradients and optimizer state (storages)."""\n'
-        "        return report.measure_memory(self)\n")
+        "        return report.measure_memory(self.units, self.optimizer, self.frozen)\n")
     return (
         Planted("memory_report returns the formula while stage 1 keeps full optimizer state", ZF,
                 (report_formula,
                  '    def memory_report(self) -> "report.MemoryReport":\n'
-                 "        f = report.expected_memory(self)  # what the paper says, whatever this rank holds\n"
+                 "        f = report.expected_memory(self.units, self.optimizer, self.stage)  # the paper's\n"
                  "        return report.MemoryReport(params=f.params, grads=f.grads, optimizer=f.optimizer, padding=0)\n"
                  "\n"
                  "    def _step_stage1(self) -> None:  # data parallelism in disguise: every rank steps everything\n"

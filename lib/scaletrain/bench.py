@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-__all__ = ["Timing", "Comparison", "time_fn", "compare", "gbps", "busbw", "BUSBW_FACTOR",
+__all__ = ["Timing", "Comparison", "quantile", "time_fn", "compare", "gbps", "busbw", "BUSBW_FACTOR",
            "format_table", "out_dir", "BENCHMARKS", "main"]
 
 
@@ -42,11 +42,11 @@ class Timing:
 
     @property
     def p20(self) -> float:
-        return _quantile(self.samples, 0.2)
+        return quantile(self.samples, 0.2)
 
     @property
     def p80(self) -> float:
-        return _quantile(self.samples, 0.8)
+        return quantile(self.samples, 0.8)
 
 
 @dataclass(frozen=True)
@@ -65,14 +65,16 @@ class Comparison:
 
     @property
     def ratio_p20(self) -> float:
-        return _quantile(self.ratios, 0.2)
+        return quantile(self.ratios, 0.2)
 
     @property
     def ratio_p80(self) -> float:
-        return _quantile(self.ratios, 0.8)
+        return quantile(self.ratios, 0.8)
 
 
-def _quantile(xs: Sequence[float], q: float) -> float:
+def quantile(xs: Sequence[float], q: float) -> float:
+    """The q-quantile of `xs`, linear between order statistics (numpy's default): what p20 and
+    p80 mean in every table of the course."""
     s = sorted(xs)
     pos = q * (len(s) - 1)
     lo, hi = int(pos), min(int(pos) + 1, len(s) - 1)
@@ -193,6 +195,7 @@ BENCHMARKS = {
     "ddp": "scaletrain.dp.benchmark",
     "pipeline": "scaletrain.pipeline.benchmark",
     "zero": "scaletrain.zero.benchmark",
+    "memory": "scaletrain.checkpointing.benchmark",
 }
 
 

@@ -8,7 +8,8 @@ Sources (cited by title; formulas re-derived in the docstrings):
     accounting Total = model + optimizer + gradients + activations, and the GPT-1 example.
   * Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
     §4: activations per layer s·b·h·(34 + 5·a·s/h) bytes; with tensor parallelism t,
-    s·b·h·(10 + 24/t + 5·a·s/(h·t)); full recomputation keeps 2·s·b·h per layer.
+    s·b·h·(10 + 24/t + 5·a·s/(h·t)); full recomputation keeps 2·s·b·h per layer;
+    §4.2.2 and Table 2: with sequence parallelism as well, s·b·h·(34/t + 5·a·s/(h·t)).
   * Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion Parameter
     Models", §5: per-rank bytes (2 + 2 + K)·Ψ and its three sharded stages.
   * Kaplan et al. 2020 / PaLM appendix B: training FLOPs ≈ 6·N·D, model FLOPs utilization.
@@ -23,7 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 __all__ = ["PRECISIONS", "OPTIMIZERS", "GB", "MB", "MemoryBreakdown", "TrainingMemory",
-           "gpt_num_params", "bytes_per_param", "activation_bytes", "zero_memory_per_rank",
+           "gpt_num_params", "bytes_per_param", "activation_bytes", "sequence_parallel_activation_bytes",
+           "zero_memory_per_rank",
            "training_flops", "mfu", "tiny_gpt_activation_bytes", "model_states_bytes",
            "training_memory", "GPT1", "seed_gpt1_example"]
 
@@ -172,6 +174,28 @@ def activation_bytes(*, seq_len: int, batch_size: int, hidden: int, n_layer: int
         return e * s * b * h * L + per_layer
     return L * per_layer
     # END SOLUTION
+
+
+def sequence_parallel_activation_bytes(*, seq_len: int, batch_size: int, hidden: int, n_layer: int,
+                                      n_head: int, tp: int) -> int:
+    """Activation bytes of L layers under tensor *and* sequence parallelism, 16-bit activations.
+
+    Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
+    §4.2.2 and Table 2: s·b·h·L·(34/t + 5·a·s/(h·t)). Tensor parallelism alone leaves the
+    10·s·b·h of `activation_bytes` whole on every rank (the LayerNorm inputs, the inputs of the
+    QKV and first MLP projections, the dropout masks); sequence parallelism runs LayerNorm and
+    dropout on s/t positions per rank and saves only the sequence shard of the column-parallel
+    layers' inputs (re-gathered in the backward), so every term is divided by t
+    (`scaletrain.tp.sequence`). The formula is the paper's, for e = 2 bytes per element and
+    1-byte dropout masks. Returns an exact int (h and a are divisible by t).
+    """
+    fn = "sequence_parallel_activation_bytes"
+    for name, v in (("seq_len", seq_len), ("batch_size", batch_size), ("hidden", hidden),
+                    ("n_layer", n_layer), ("n_head", n_head), ("tp", tp)):
+        _int(fn, name, v)
+    _shape(fn, hidden=hidden, n_head=n_head, tp=tp)
+    s, b, h, L, a, t = seq_len, batch_size, hidden, n_layer, n_head, tp
+    return L * (34 * s * b * h + 5 * a * s * s * b) // t
 
 
 def zero_memory_per_rank(num_params: int, world_size: int, stage: int, *,

@@ -19,6 +19,7 @@ checkpointing changes.
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -29,7 +30,8 @@ from torch.utils.checkpoint import checkpoint
 from scaletrain.memory import MemoryBreakdown
 from scaletrain.models import GPT, GPTConfig, make_batch
 
-__all__ = ["MeasuredMemory", "measure_training_step", "storage_bytes", "make_optimizer", "CheckpointedBlock"]
+__all__ = ["MeasuredMemory", "measure_training_step", "storage_bytes", "make_optimizer", "CheckpointedBlock",
+           "track_saved_tensors"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,6 +112,10 @@ class _SavedTracker:
     def leave(self, _module, _inputs, _output) -> None:   # returning None keeps the output
         self.module_stack.pop()
 
+    def holds(self, t: torch.Tensor) -> bool:
+        """Whether `t`'s storage is among the live saved tensors."""
+        return t.untyped_storage().data_ptr() in self.live
+
     @staticmethod
     def unpack(saved):
         return saved.tensor if isinstance(saved, _Saved) else saved
@@ -120,6 +126,19 @@ class _SavedTracker:
         if entry[0] == 0:
             self.bytes -= entry[1]
             del self.live[key]
+
+
+@contextlib.contextmanager
+def track_saved_tensors(params=()):
+    """Count what autograd saves for backward inside the block, for any module or function.
+
+    Yields the tracker: `.bytes` (live saved bytes now), `.peak` (their maximum so far, forward
+    and backward), `.holds(t)` (is `t`'s storage saved now). Storages of `params` are skipped,
+    as in `measure_training_step`. Used by `scaletrain.checkpointing` to check a plan's memory.
+    """
+    tracker = _SavedTracker({p.untyped_storage().data_ptr() for p in params})
+    with torch.autograd.graph.saved_tensors_hooks(tracker.pack, tracker.unpack):
+        yield tracker
 
 
 class CheckpointedBlock(nn.Module):

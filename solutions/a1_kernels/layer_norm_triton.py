@@ -15,7 +15,7 @@ sigma where sigma^2 belongs in alpha's numerator; notebooks/01_kernel_fusion.ipy
 Backward for w and b: dw_j = sum_r dy_rj xhat_rj, db_j = sum_r dy_rj, a reduction ACROSS rows:
 programs own (row group, column block) tiles and write fp32 partial sums, summed at the end.
 
-Tiles, fp32 arithmetic and the interpreter as in softmax_triton.py.
+Tiles (scaletrain/ops/tiles.py), fp32 arithmetic and the interpreter as in softmax_triton.py.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import torch
 import triton
 import triton.language as tl
 
-MAX_TILE_COLS = 8192
-TILE_ELEMENTS = {"gpu": 4096, "interpreter": 65536}
+from scaletrain.ops.tiles import MAX_TILE_COLS, TILE_ELEMENTS, tile_shape  # noqa: F401 - as in softmax_triton
+from scaletrain.ops.tiles import num_warps as _num_warps
 
 
 @triton.jit
@@ -171,17 +171,6 @@ def layer_norm_bwd_dwdb_kernel(dy_ptr, x_ptr, mean_ptr, rstd_ptr, part_w_ptr, pa
     tl.store(part_b_ptr + group * cols + col, acc_b, mask=cmask)
 
 
-def tile_shape(x: torch.Tensor) -> tuple[int, int, bool]:
-    """(BLOCK_M, BLOCK_N, SINGLE_TILE): the row-length buckets, as in softmax_triton.tile_shape."""
-    rows, cols = x.shape
-    block_n = triton.next_power_of_2(max(cols, 1))
-    if block_n > MAX_TILE_COLS:
-        return 1, MAX_TILE_COLS, False
-    tile = TILE_ELEMENTS["gpu" if x.is_cuda else "interpreter"]
-    block_m = max(1, min(tile // block_n, triton.next_power_of_2(max(rows, 1))))
-    return block_m, block_n, True
-
-
 def dwdb_tiles(x: torch.Tensor) -> tuple[int, int, int]:
     """(ROWS_PER_GROUP, BLOCK_M, BLOCK_N) of the dw/db reduction.  On a GPU: 64-column strips
     and 256-row groups, so even a (4096, 768) problem has 16 x 12 programs; the interpreter
@@ -192,10 +181,6 @@ def dwdb_tiles(x: torch.Tensor) -> tuple[int, int, int]:
     block_n = min(triton.next_power_of_2(max(cols, 1)), 1024)
     block_m = max(1, TILE_ELEMENTS["interpreter"] // block_n)
     return max(block_m, min(triton.next_power_of_2(max(rows, 1)), 4096)), block_m, block_n
-
-
-def _num_warps(block_m: int, block_n: int) -> int:
-    return 4 if block_m * block_n <= 2048 else 8 if block_m * block_n <= 8192 else 16
 
 
 def layer_norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,

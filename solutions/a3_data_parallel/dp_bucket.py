@@ -23,7 +23,17 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-__all__ = ["assign_buckets", "Bucket"]
+__all__ = ["assign_buckets", "bucket_cap_bytes", "Bucket"]
+
+
+def bucket_cap_bytes(bucket_cap_mb: float | None, params: Sequence[torch.Tensor]) -> int:
+    """The cap `assign_buckets` takes, from a `bucket_cap_mb` option (MiB, > 0): at least 1 byte.
+    None means no cap: the bytes of all `params`, so they share one bucket (one per dtype)."""
+    if bucket_cap_mb is None:
+        return max(1, sum(p.numel() * p.element_size() for p in params))
+    if not bucket_cap_mb > 0:
+        raise ValueError(f"bucket_cap_mb must be > 0 (MiB), or None for one bucket; got {bucket_cap_mb}")
+    return max(1, int(bucket_cap_mb * 2**20))
 
 
 def assign_buckets(params: Sequence[torch.Tensor], cap_bytes: int) -> list[list[int]]:

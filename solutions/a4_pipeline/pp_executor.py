@@ -2,7 +2,7 @@
 """Run any valid schedule across processes: one `PipelineExecutor` per pp_rank.
 
 The executor is a loop over this rank's actions (schedules.py); each action is a local
-computation bracketed by at most one receive and one send (validate.receives / validate.sends):
+computation bracketed by at most one receive and one send (messages.receives / messages.sends):
 
     F(s, i)  receive stage s-1's activation (unless s = 0), y = stage_s(x), send y to stage s+1;
              on the last stage y is the loss of microbatch i, scaled by 1/m
@@ -15,7 +15,8 @@ computation bracketed by at most one receive and one send (validate.receives / v
 With the loss scaled by 1/m, the gradients accumulated over the m microbatches equal those of one
 process computing the mean loss of the whole batch. Activations of (s, i) are dropped as soon as
 its last backward (B or W) ran; `peak_activation_bytes` counts what autograd saved for backward
-(parameters excluded) over the in-flight microbatches. `timeline` holds the real start and end of
+(parameters excluded) over the in-flight microbatches, and `in_flight` / `activation_bytes` say
+what is still held (nothing, after a step). `timeline` holds the real start and end of
 every action of the last step (perf_counter seconds, the clock every process on a host shares):
 a span is everything the rank does for the action except blocking in its receive, so the gaps
 are the bubble (waiting for a message, including its transfer).
@@ -31,10 +32,11 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from scaletrain.pipeline.messages import receives, sends
 from scaletrain.pipeline.p2p import StageComm
 from scaletrain.pipeline.schedules import B, F, I, W, Action, Schedule, stages_of_rank
 from scaletrain.pipeline.simulate import Span
-from scaletrain.pipeline.validate import receives, schedule_sizes, sends, validate
+from scaletrain.pipeline.validate import schedule_sizes, validate
 
 __all__ = ["PipelineExecutor"]
 
@@ -51,7 +53,7 @@ class PipelineExecutor:
     every receive posted 23-25 ms.
     """
 
-    def __init__(self, stage_modules, schedule: Schedule, loss_fn, group=None, recv_window: int | None = None):
+    def __init__(self, stage_modules, *, schedule: Schedule, loss_fn, group=None, recv_window: int | None = None):
         self.group = group
         self.pp_rank, p = dist.get_rank(group), dist.get_world_size(group)
         if len(schedule) != p:
@@ -82,11 +84,29 @@ class PipelineExecutor:
         self._memory = _ActivationBytes(self.stages)
         self._shapes: dict | None = None  # stage -> (shape, dtype) of its output, learnt at step 1
         self._input_shape = None
+        # one step's state, emptied when the next one starts
+        self._inputs: list[torch.Tensor] | None = None    # microbatches, on the first stage's rank
+        self._targets: list[torch.Tensor] | None = None   # microbatches, on the last stage's rank
+        self._stash: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}  # (s, i) -> (input, output)
+        self._weight_work: dict[tuple[int, int], list] = {}  # (s, i) -> what its W still has to run
+        self.losses: dict[int, float] = {}
         self.timeline: list[Span] = []
 
     @property
     def peak_activation_bytes(self) -> int:
         return self._memory.peak
+
+    @property
+    def activation_bytes(self) -> int:
+        """Bytes autograd holds for the (stage, microbatch) pairs still in flight; 0 after a step."""
+        return self._memory.current
+
+    @property
+    def in_flight(self) -> list[tuple[int, int]]:
+        """The (stage, microbatch) pairs whose activations or weight-gradient work this rank still
+        holds: those forwarded and not yet through their last backward. Empty after a step."""
+        held = set(self._stash) | set(self._weight_work) | (self._outputs.held() if self._outputs else set())
+        return sorted(held)
 
     def step(self, inputs: torch.Tensor | None = None, targets: torch.Tensor | None = None) -> list[float] | None:
         """One pipelined forward+backward over m microbatches; gradients accumulate in `.grad`.
@@ -99,9 +119,9 @@ class PipelineExecutor:
         self._targets = self._microbatches(targets, "targets") if self.is_last_stage else None
         if self._shapes is None:
             self._shapes = self.comm.exchange_shapes(self.stages, self.num_stages, self._example_forward)
-        self._stash: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
-        self._weight_work: dict[tuple[int, int], list] = {}
-        self.losses: dict[int, float] = {}
+        self._stash.clear()
+        self._weight_work.clear()
+        self.losses.clear()
         self.timeline = []
         for k in range(self.recv_window):  # from action 0: a channel's receives are matched in posting order
             self._post_receive(k)
@@ -137,7 +157,8 @@ class PipelineExecutor:
         `self.losses[i]` (a float), else send the output with
         `self.comm.send(sends(Action(s, F, i), self.num_stages), y)`. Keep (input, output) in
         `self._stash[(s, i)]` for the backward: the input must be a leaf that requires grad
-        (`received.requires_grad_()`) so that its gradient can be sent back.
+        (`received.requires_grad_()`) so that its gradient can be sent back. Stage 0's input is
+        data: it needs no gradient and stage 0 sends nothing back.
         """
         x = self._inputs[i] if s == 0 else received.requires_grad_()
         y = self.stages[s](x)
@@ -265,6 +286,9 @@ class _ParamOutputs:
 
     def pop(self, key: tuple[int, int]) -> list:
         return self._saved.pop(key)
+
+    def held(self) -> set[tuple[int, int]]:
+        return set(self._saved)
 
 
 class _ActivationBytes:

@@ -8,11 +8,11 @@ transport that matches messages in order (NCCL), silently computes on the wrong 
 1. shape and coverage: every action sits on the rank that holds its stage, and every
    (stage, microbatch) has exactly one F and one backward (B, or I then W);
 2. local order: on its rank, a backward comes after its forward and W after its I;
-3. dry run: every rank walks its list; an action that needs a message (F needs the previous
-   stage's activation, B/I the next stage's gradient) waits until that message is the next one
-   on its channel (src rank -> dst rank, first in first out). Sends never block (the executor
-   posts `isend` and moves on). If the walk stops before every rank is done, the schedule would
-   deadlock and the error names each stalled rank, its action and what it waits for.
+3. dry run: every rank walks its list; an action that needs a message (messages.py: F needs the
+   previous stage's activation, B/I the next stage's gradient) waits until that message is the
+   next one on its channel (src rank -> dst rank, first in first out). Sends never block (the
+   executor posts `isend` and moves on). If the walk stops before every rank is done, the
+   schedule would deadlock and the error names each stalled rank, its action and what it waits for.
 
 Torch's printable 1F1B order (`Schedule1F1B._get_pipeline_order`, torch 2.13) is an example:
 its last rank starts at F1, so that rank has no F0 (rule 1); with F0 added after F1 it waits
@@ -22,11 +22,11 @@ for microbatch 1 while microbatch 0 sits first on its channel (rule 3).
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 
+from scaletrain.pipeline.messages import Message, receives, sends
 from scaletrain.pipeline.schedules import B, F, I, W, Action, Schedule, stage_rank
 
-__all__ = ["ScheduleError", "Message", "receives", "sends", "validate", "schedule_sizes"]
+__all__ = ["ScheduleError", "validate", "schedule_sizes"]
 
 
 class ScheduleError(ValueError):
@@ -35,38 +35,6 @@ class ScheduleError(ValueError):
     def __init__(self, message: str, *, rank: int | None = None, action: Action | None = None):
         super().__init__(message)
         self.rank, self.action = rank, action
-
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    """One tensor between stages: an activation (F, stage s -> s+1) or a gradient (B/I, s -> s-1)."""
-    kind: str          # "activation" | "gradient"
-    src_stage: int
-    dst_stage: int
-    microbatch: int
-
-    def __str__(self) -> str:
-        return f"{self.kind} of microbatch {self.microbatch} (stage {self.src_stage} -> {self.dst_stage})"
-
-
-def receives(action: Action, num_stages: int) -> Message | None:
-    """The message `action` must receive before it can run, if any."""
-    s, i = action.stage, action.microbatch
-    if action.kind == F and s > 0:
-        return Message("activation", s - 1, s, i)
-    if action.kind in (B, I) and s < num_stages - 1:
-        return Message("gradient", s + 1, s, i)
-    return None
-
-
-def sends(action: Action, num_stages: int) -> Message | None:
-    """The message `action` sends when it is done, if any."""
-    s, i = action.stage, action.microbatch
-    if action.kind == F and s < num_stages - 1:
-        return Message("activation", s, s + 1, i)
-    if action.kind in (B, I) and s > 0:
-        return Message("gradient", s, s - 1, i)
-    return None
 
 
 def schedule_sizes(schedule: Schedule) -> tuple[int, int, int]:
@@ -81,9 +49,27 @@ def schedule_sizes(schedule: Schedule) -> tuple[int, int, int]:
 
 def validate(schedule: Schedule, p: int, m: int, v: int = 1) -> None:
     """Raise `ScheduleError` unless `schedule` runs to completion on p ranks, m microbatches, v chunks."""
+    schedule = _as_actions(schedule)
     _check_coverage(schedule, p, m, v)
     _check_local_order(schedule)
     _dry_run(schedule, p * v)
+
+
+def _as_actions(schedule) -> Schedule:
+    """`schedule` with every action as this module's `Action`. Actions are compared by their
+    fields, not their class: a generator written against another copy of schedules.py (the
+    assignment's pp_schedules.py) builds actions of its own class."""
+    if not isinstance(schedule, dict):
+        raise ScheduleError(f"a schedule is dict[pp_rank, list[Action]], got {type(schedule).__name__}")
+    out: Schedule = {}
+    for r, actions in schedule.items():
+        out[r] = []
+        for a in actions:
+            try:
+                out[r].append(a if isinstance(a, Action) else Action(a.stage, a.kind, a.microbatch))
+            except (AttributeError, ValueError) as exc:
+                raise ScheduleError(f"rank {r}: {a!r} is not an Action ({exc})", rank=r) from None
+    return out
 
 
 def _check_coverage(schedule: Schedule, p: int, m: int, v: int) -> None:
@@ -92,8 +78,6 @@ def _check_coverage(schedule: Schedule, p: int, m: int, v: int) -> None:
     seen: dict[tuple[int, int, str], int] = {}
     for r, actions in schedule.items():
         for a in actions:
-            if not isinstance(a, Action):
-                raise ScheduleError(f"rank {r}: {a!r} is not an Action", rank=r)
             where = f"rank {r}, action {a}"
             if a.stage >= p * v or a.microbatch >= m:
                 raise ScheduleError(f"{where}: stage must be < p*v = {p * v} and microbatch < m = {m}",

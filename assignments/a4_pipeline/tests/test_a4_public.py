@@ -124,7 +124,7 @@ def _rank_run(rank, world_size):
         x, y = torch.randn(6, widths[0]), torch.randn(6, widths[-1])
         reference = nn.Sequential(*copy.deepcopy(stages))
         Fn.mse_loss(reference(x), y).backward()
-        ex = ex_mod.PipelineExecutor({rank: stages[rank]}, schedule, Fn.mse_loss)
+        ex = ex_mod.PipelineExecutor({rank: stages[rank]}, schedule=schedule, loss_fn=Fn.mse_loss)
         ex.step(x if rank == 0 else None, y if rank == world_size - 1 else None)
         for q, q_ref in zip(stages[rank].parameters(), reference[rank].parameters()):
             if q.grad is None or not torch.allclose(q.grad, q_ref.grad, rtol=1e-5, atol=4e-5):

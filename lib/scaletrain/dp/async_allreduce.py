@@ -34,10 +34,12 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-__all__ = ["AsyncAllreduce", "torch_allreduce", "RingAllreduceThread", "make_allreduce", "ALLREDUCE_KINDS"]
+__all__ = ["AsyncAllreduce", "torch_allreduce", "RingAllreduceThread", "make_allreduce", "ALLREDUCE_KINDS",
+           "DEFAULT_ALLREDUCE"]
 
 AsyncAllreduce = Callable[[torch.Tensor], Any]  # flat tensor -> handle with .wait() (or None: done)
 ALLREDUCE_KINDS = ("ring", "torch")
+DEFAULT_ALLREDUCE = "ring"  # every wrapper's default: the ring of assignment a2, what this module builds on
 
 
 def torch_allreduce(group: Any = None) -> AsyncAllreduce:

@@ -31,10 +31,12 @@ Edge cases and what happens:
   * a parameter with no gradient in a step (unused on this rank) never fires its hook, so its
     bucket cannot launch during backward; finish_gradient_synchronization() then fills its slot
     from .grad (zeros when None) and launches the remaining buckets in order: no hang, and the
-    unused rank contributes zeros. Afterwards *every* synchronized parameter has a .grad (zeros
-    when no rank used it), unlike torch DDP, whose find_unused_parameters mode leaves globally
-    unused gradients untouched.
-  * a cap smaller than one parameter gives that parameter a bucket of its own.
+    unused rank contributes zeros, so a parameter used on some ranks gets the mean with zeros.
+    One that no rank used keeps .grad = None, as with torch DDP's find_unused_parameters=True
+    (which also spends one allreduce of a used-parameter map per step, naive.py): an optimizer
+    then skips it, where a zero gradient would still move it (AdamW's weight decay, momentum).
+  * a cap smaller than one parameter gives that parameter a bucket of its own; bucket_cap_mb=None
+    puts every parameter into one bucket (one per dtype).
   * bucket assignment is fixed at construction, from registration order (torch DDP rebuilds its
     buckets once from the order gradients arrived in the first step; we do not).
   * parameters and buffers are broadcast from rank 0 once, at construction (torch DDP also
@@ -48,8 +50,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from scaletrain.dp.async_allreduce import AsyncAllreduce, make_allreduce
-from scaletrain.dp.bucket import Bucket, assign_buckets
+from scaletrain.dp.async_allreduce import DEFAULT_ALLREDUCE, AsyncAllreduce, make_allreduce
+from scaletrain.dp.bucket import Bucket, assign_buckets, bucket_cap_bytes
 from scaletrain.dp.naive import Replicated
 from scaletrain.dp.trace import Trace
 
@@ -60,7 +62,7 @@ class DataParallel(Replicated):
     """Wrap `module` for data parallelism over the ranks of `group` (None: all ranks).
 
     Args (keyword-only after `module`):
-        bucket_cap_mb: bucket capacity in MiB (torch DDP's default 25); > 0.
+        bucket_cap_mb: bucket capacity in MiB (torch DDP's default 25); > 0, or None for one bucket.
         group: the data-parallel process group; `dp_rank`, `dp_world_size` are within it.
         allreduce: "ring" (our ring on a communication thread), "torch" (dist.all_reduce with
             async_op=True) or a callable f(flat_tensor) -> handle with .wait() (async_allreduce.py).
@@ -70,19 +72,16 @@ class DataParallel(Replicated):
         trace: a `Trace` to record gradient, launch and completion times in (trace.py), or None.
     """
 
-    def __init__(self, module: nn.Module, *, bucket_cap_mb: float = 25.0, group: Any = None,
-                 allreduce: str | AsyncAllreduce = "ring", overlap: bool = True,
+    def __init__(self, module: nn.Module, *, bucket_cap_mb: float | None = 25.0, group: Any = None,
+                 allreduce: str | AsyncAllreduce = DEFAULT_ALLREDUCE, overlap: bool = True,
                  timeout_s: float = 300.0, trace: Trace | None = None):
-        if not bucket_cap_mb > 0:
-            raise ValueError(f"DataParallel: bucket_cap_mb must be > 0, got {bucket_cap_mb}")
+        cap_bytes = bucket_cap_bytes(bucket_cap_mb, list(module.parameters()))  # a bad cap: said first
         super().__init__(module, group)  # rank 0's weights everywhere, forward, no_sync (naive.py)
         self.timeout_s = timeout_s
         self.trace = trace
-        # parameters() yields a tied parameter once; frozen ones need no synchronization
-        params = [p for p in module.parameters() if p.requires_grad]
+        params = self._params
         self._index = {p: i for i, p in enumerate(params)}
         self._names = {p: n for n, p in module.named_parameters()}
-        cap_bytes = max(1, int(bucket_cap_mb * 2**20))
         self.buckets = [Bucket(index=b, params=[params[i] for i in members], trace=trace)
                         for b, members in enumerate(assign_buckets(params, cap_bytes))]
         self._slot = {p: (bucket, k) for bucket in self.buckets for k, p in enumerate(bucket.params)}
@@ -139,10 +138,12 @@ class DataParallel(Replicated):
            (the allreduce sums), copy each slot back into its parameter's .grad (create the
            .grad when it is None), and `bucket.reset()` for the next round.
         3. Start the next round at bucket 0.
-        Inside `no_sync()` it does nothing.
+        Inside `no_sync()` it does nothing. After your part, a parameter that no rank used gets
+        its .grad = None back (`_unused_to_none`, naive.py), as torch DDP leaves it.
         """
         if not self.require_backward_grad_sync:
             return
+        used_here = self._used_here()  # before the slots are copied back: which .grad existed
         # BEGIN SOLUTION
         for bucket in self.buckets[self._next_bucket:]:
             for k in range(len(bucket.params)):
@@ -160,6 +161,7 @@ class DataParallel(Replicated):
             bucket.reset()
         self._next_bucket = 0
         # END SOLUTION
+        self._unused_to_none(used_here)
 
     # ------------------------------------------------------------ task 3.3: overlap with backward
 

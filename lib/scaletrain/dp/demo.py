@@ -19,6 +19,7 @@ from scaletrain.dp.data_parallel import DataParallel
 from scaletrain.dp.naive import NaiveDataParallel
 from scaletrain.dp.trace import Trace
 from scaletrain.models import GPT, GPTConfig, make_batch
+from scaletrain.testing import rel_error
 
 __all__ = ["notebook_demo", "VARIANTS", "DEMO_CFG"]
 
@@ -26,7 +27,7 @@ DEMO_CFG = dict(n_layer=4, n_embd=128, n_head=4, block_size=64)  # 0.83 M parame
 
 VARIANTS: dict[str, Callable[..., Any]] = {
     "naive: one allreduce per parameter, after backward":
-        lambda model, cap, trace: NaiveDataParallel(model, trace=trace),
+        lambda model, cap, trace: NaiveDataParallel(model, allreduce="torch", trace=trace),
     "buckets, launched after backward":
         lambda model, cap, trace: DataParallel(model, bucket_cap_mb=cap, allreduce="torch", overlap=False,
                                                trace=trace),
@@ -99,8 +100,7 @@ def _accumulation(rank, p, cfg, cap_mb, micro, batch) -> dict[str, float]:
         else:
             (model(x[sl], y[sl])[1] / micro).backward()
     model.finish_gradient_synchronization()
-    err = max(((a.grad - b.grad).abs().max() / b.grad.abs().max()).item()
-              for a, b in zip(model.parameters(), ref.parameters()))
+    err = max(rel_error(a.grad, b.grad) for a, b in zip(model.parameters(), ref.parameters()))
     out = {"effective_batch": p * micro * batch, "max_rel_err": err,
            "allreduces_per_step": len(trace.of("launch")), "buckets": len(model.buckets)}
     model.close()

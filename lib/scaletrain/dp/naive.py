@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from scaletrain.dp.async_allreduce import AsyncAllreduce, make_allreduce
+from scaletrain.dp.async_allreduce import DEFAULT_ALLREDUCE, AsyncAllreduce, make_allreduce
 from scaletrain.dp.trace import Trace
 
 __all__ = ["broadcast_module", "Replicated", "NaiveDataParallel"]
@@ -47,8 +47,9 @@ def broadcast_module(module: nn.Module, group: Any = None) -> None:
 
 class Replicated(nn.Module):
     """What every data-parallel wrapper shares: `module` copied from group rank 0 on every rank,
-    a forward that is the module's, and `no_sync()`, inside which backward passes only accumulate
-    into .grad (`require_backward_grad_sync` is False: the subclass's synchronization skips)."""
+    a forward that is the module's, `no_sync()`, inside which backward passes only accumulate
+    into .grad (`require_backward_grad_sync` is False: the subclass's synchronization skips), and
+    torch DDP's answer for parameters a step did not use (`_used_here`, `_unused_to_none`)."""
 
     def __init__(self, module: nn.Module, group: Any = None):
         super().__init__()
@@ -57,6 +58,8 @@ class Replicated(nn.Module):
         self.group = group
         self.dp_rank, self.dp_world_size = dist.get_rank(group), dist.get_world_size(group)
         self.require_backward_grad_sync = True
+        # parameters() yields a tied parameter once; frozen ones need no synchronization
+        self._params = [p for p in module.parameters() if p.requires_grad]
 
     def forward(self, *args, **kwargs):
         return self.module(*args, **kwargs)
@@ -70,6 +73,25 @@ class Replicated(nn.Module):
         finally:
             self.require_backward_grad_sync = previous
 
+    def _used_here(self) -> torch.Tensor:
+        """1 for each synchronized parameter that has a .grad on this rank, i.e. that some backward
+        since the last synchronization used (after `zero_grad(set_to_none=True)`, torch's default)."""
+        device = self._params[0].device if self._params else None
+        return torch.tensor([p.grad is not None for p in self._params], dtype=torch.int32, device=device)
+
+    def _unused_to_none(self, used_here: torch.Tensor) -> None:
+        """Collective, after the gradients are averaged: a parameter no rank used gets `.grad = None`
+        back, as torch DDP with find_unused_parameters=True leaves it, so an optimizer skips it
+        (a zero gradient would still move it: AdamW's weight decay, momentum). One used on some
+        ranks only keeps the mean, the others counting zeros. Like torch's local_used_map, the map
+        is one extra allreduce per step, on the group itself (control data, not gradients)."""
+        if not self._params:
+            return
+        dist.all_reduce(used_here, group=self.group)
+        for p, used in zip(self._params, used_here.tolist()):
+            if not used:
+                p.grad = None
+
 
 class NaiveDataParallel(Replicated):
     """Per-parameter allreduce after backward: no buckets, no overlap (the baseline).
@@ -82,16 +104,16 @@ class NaiveDataParallel(Replicated):
     """
 
     def __init__(self, module: nn.Module, *, group: Any = None,
-                 allreduce: str | AsyncAllreduce = "torch", timeout_s: float = 300.0,
+                 allreduce: str | AsyncAllreduce = DEFAULT_ALLREDUCE, timeout_s: float = 300.0,
                  trace: Trace | None = None):
         super().__init__(module, group)
-        self._params = [p for p in module.parameters() if p.requires_grad]
         self._allreduce, self._close = make_allreduce(allreduce, group=group, timeout_s=timeout_s)
         self.trace = trace  # "launch" and "done" per parameter index, as DataParallel per bucket
 
     def finish_gradient_synchronization(self) -> None:
         if not self.require_backward_grad_sync:
             return
+        used_here = self._used_here()
         for i, p in enumerate(self._params):
             if p.grad is None:  # unused in this step on this rank: it contributes zeros
                 p.grad = torch.zeros_like(p)
@@ -103,6 +125,7 @@ class NaiveDataParallel(Replicated):
             if self.trace is not None:
                 self.trace.record("done", i)
             p.grad.div_(self.dp_world_size)
+        self._unused_to_none(used_here)
 
     def close(self) -> None:
         self._close()

@@ -1,13 +1,9 @@
 """Backends of scaletrain.ops: "torch" (naive composed ops), "triton", "cuda"; "auto" picks one.
 
-A backend is four functions with one signature set (minitorch's "same low-level signature"):
-    softmax_fwd(x, mask: MaskView | None, causal_len) -> y
-    softmax_bwd(y, dy) -> dx
-    layer_norm_fwd(x, weight | None, bias | None, eps) -> (y, mean, rstd)
-    layer_norm_bwd(dy, x, weight | None, mean, rstd, need_dweight, need_dbias) -> (dx, dw | None, db | None)
-over contiguous (rows, cols) tensors.  The Triton kernels live in kernels/*.py and are loaded
-from there by path (so the reference files are the very ones the assignment's stubs are made
-from); the CUDA kernels are compiled on first use (cuda_ext.py).
+A backend is four functions over contiguous (rows, cols) tensors (interface.py).  The Triton
+kernels live in kernels/*.py and are loaded from there by path (so the reference files are the
+very ones the assignment's stubs are made from); the CUDA kernels are compiled on first use
+(cuda_ext.py, imported only then).
 
 "auto": cuda, then triton for CUDA tensors (a failing CUDA build warns once and falls back);
 torch for CPU tensors.  backend="triton" on CPU tensors runs through the Triton interpreter,
@@ -18,70 +14,20 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 import sys
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Callable
 
 import torch
+
+from scaletrain.ops.interface import (BACKEND_DTYPES, KERNELS_DIR, Backend, check_device, check_dtype,
+                                      triton_interpreter_on)
 
 __all__ = ["Backend", "BACKENDS", "KERNELS_DIR", "get_backend", "resolve", "triton_interpreter_on",
            "load_kernel_module"]
 
 BACKENDS = ("auto", "torch", "triton", "cuda")
-KERNELS_DIR = Path(__file__).resolve().parents[3] / "kernels"
-DTYPES = {
-    "torch": (torch.float32, torch.float16, torch.bfloat16, torch.float64),
-    "triton": (torch.float32, torch.float16, torch.bfloat16),
-    "cuda": (torch.float32, torch.float16, torch.bfloat16),
-}
-
-
-@dataclass(frozen=True, kw_only=True)
-class Backend:
-    name: str
-    softmax_fwd: Callable
-    softmax_bwd: Callable
-    layer_norm_fwd: Callable
-    layer_norm_bwd: Callable
-    dtypes: tuple[torch.dtype, ...]
-
-    @classmethod
-    def from_modules(cls, name: str, softmax_module: ModuleType, layer_norm_module: ModuleType,
-                     dtypes: tuple[torch.dtype, ...] = DTYPES["triton"]) -> "Backend":
-        """A backend from two modules with the standard functions (e.g. a student's kernels)."""
-        return cls(name=name, softmax_fwd=softmax_module.softmax_fwd, softmax_bwd=softmax_module.softmax_bwd,
-                   layer_norm_fwd=layer_norm_module.layer_norm_fwd,
-                   layer_norm_bwd=layer_norm_module.layer_norm_bwd, dtypes=dtypes)
-
-    def check(self, x: torch.Tensor, op: str) -> None:
-        """Clear errors for a dtype or device this backend cannot run."""
-        _check_dtype(self.name, self.dtypes, x, op)
-        _check_device(self.name, x, op)
-
-
-def _check_dtype(name: str, dtypes: tuple[torch.dtype, ...], x: torch.Tensor, op: str) -> None:
-    if x.dtype not in dtypes:
-        names = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
-        raise TypeError(f"{op}: backend {name!r} supports dtypes {names}; got {x.dtype}. "
-                        f"Cast the input (x.float()) or use backend='torch'.")
-
-
-def _check_device(name: str, x: torch.Tensor, op: str) -> None:
-    if name == "cuda" and not x.is_cuda:
-        raise ValueError(f"{op}: backend 'cuda' needs CUDA tensors, got a tensor on {x.device}; "
-                         "move it with x.cuda() or use backend='torch' (or 'auto').")
-    if name == "triton" and not x.is_cuda and not triton_interpreter_on():
-        raise RuntimeError(f"{op}: backend 'triton' on {x.device} tensors needs the Triton interpreter: "
-                           "set TRITON_INTERPRET=1 in the environment before Python starts "
-                           "(or before triton is imported), or use backend='torch'.")
-
-
-def triton_interpreter_on() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 def load_kernel_module(path: Path | str, *, name: str | None = None) -> ModuleType:
@@ -124,7 +70,7 @@ def _triton_backend() -> Backend:
 
 def _torch_backend() -> Backend:
     from scaletrain.ops import naive
-    return Backend.from_modules("torch", naive, naive, dtypes=DTYPES["torch"])
+    return Backend.from_modules("torch", naive, naive, dtypes=BACKEND_DTYPES["torch"])
 
 
 def _cuda_backend() -> Backend:
@@ -150,8 +96,8 @@ def resolve(backend: "str | Backend", x: torch.Tensor, op: str) -> Backend:
     elif backend == "auto":
         chosen = _auto(x)
     elif isinstance(backend, str) and backend in _FACTORIES:
-        _check_dtype(backend, DTYPES[backend], x, op)  # before building or loading anything
-        _check_device(backend, x, op)
+        check_dtype(backend, BACKEND_DTYPES[backend], x, op)  # before building or loading anything
+        check_device(backend, x, op)
         chosen = get_backend(backend)
     else:
         raise ValueError(f"{op}: unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
@@ -163,7 +109,7 @@ _UNAVAILABLE: dict[str, str] = {}  # backend name -> why it failed to load (trie
 
 
 def _auto(x: torch.Tensor) -> Backend:
-    if not x.is_cuda or x.dtype not in DTYPES["cuda"]:
+    if not x.is_cuda or x.dtype not in BACKEND_DTYPES["cuda"]:
         return get_backend("torch")
     for name in ("cuda", "triton"):
         if name in _UNAVAILABLE:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from scaletrain.ops.backends import DTYPES, KERNELS_DIR, Backend
+from scaletrain.ops.interface import BACKEND_DTYPES, KERNELS_DIR, Backend
 from scaletrain.ops.mask import MaskView
 
 __all__ = ["SOURCES", "load", "make_backend"]
@@ -67,4 +67,4 @@ def make_backend(folder: Path | str = KERNELS_DIR) -> Backend:
         return load(folder).layer_norm_bwd(dy, x, weight, mean, rstd, need_dweight, need_dbias)
 
     return Backend(name="cuda", softmax_fwd=softmax_fwd, softmax_bwd=softmax_bwd, layer_norm_fwd=layer_norm_fwd,
-                   layer_norm_bwd=layer_norm_bwd, dtypes=DTYPES["cuda"])
+                   layer_norm_bwd=layer_norm_bwd, dtypes=BACKEND_DTYPES["cuda"])

@@ -12,8 +12,9 @@ The pure parts (schedules, validate, simulate) import neither torch nor matplotl
 from scaletrain.pipeline.schedules import (B, F, I, KINDS, SCHEDULES, W, Action, Schedule, gpipe,
                                            interleaved_1f1b, one_f_one_b, stage_rank, stages_of_rank, zb_h1)
 from scaletrain.pipeline.fit import costs_from_timeline, message_delays, sampled_bubble
+from scaletrain.pipeline.messages import Message, receives, sends
 from scaletrain.pipeline.simulate import SimResult, Span, bubble_of, closed_form_bubble, peak_in_flight, simulate
-from scaletrain.pipeline.validate import Message, ScheduleError, receives, schedule_sizes, sends, validate
+from scaletrain.pipeline.validate import ScheduleError, schedule_sizes, validate
 
 _LAZY = {"PipelineExecutor": "scaletrain.pipeline.executor", "plot_schedule": "scaletrain.pipeline.plot"}
 

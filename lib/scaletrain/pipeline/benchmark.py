@@ -36,20 +36,21 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as Fn
 
-from scaletrain.bench import compare, format_table, out_dir
+from scaletrain.bench import compare, format_table, out_dir, quantile
 from scaletrain.launch import spawn
 from scaletrain.pipeline.executor import PipelineExecutor
-from scaletrain.pipeline.schedules import gpipe, interleaved_1f1b, one_f_one_b, zb_h1
 from scaletrain.pipeline.fit import costs_from_timeline, sampled_bubble
+from scaletrain.pipeline.schedules import SCHEDULES
 from scaletrain.pipeline.simulate import bubble_of, closed_form_bubble, simulate
 
-SCHEDULES = {"gpipe": (gpipe, 1), "1f1b": (one_f_one_b, 1), "zb_h1": (zb_h1, 1), "interleaved": (interleaved_1f1b, 2)}
+# the schedules measured, by their name in SCHEDULES, in table order -> v, chunks per rank
+CHUNKS = {"gpipe": 1, "1f1b": 1, "zb_h1": 1, "interleaved": 2}
 
 
 def make_schedule(name: str, p: int, m: int):
-    """(schedule, v) of the named schedule in SCHEDULES on p ranks with m microbatches."""
-    make, v = SCHEDULES[name]
-    return (make(p, m, v) if v > 1 else make(p, m)), v
+    """(schedule, v) of the named schedule on p ranks with m microbatches and CHUNKS[name] chunks."""
+    v = CHUNKS[name]
+    return (SCHEDULES[name](p, m, v) if v > 1 else SCHEDULES[name](p, m)), v
 
 
 def _stages(num_stages: int, layers: int, d: int) -> list[nn.Module]:
@@ -69,7 +70,8 @@ def measure_timelines(rank: int, p: int, names: tuple[str, ...], m: int, d: int 
     for name in names:
         schedule, v = make_schedule(name, p, m)
         all_stages = _stages(p * v, layers, d)
-        ex = PipelineExecutor({s: all_stages[s] for s in range(rank, p * v, p)}, schedule, Fn.mse_loss)
+        ex = PipelineExecutor({s: all_stages[s] for s in range(rank, p * v, p)}, schedule=schedule,
+                              loss_fn=Fn.mse_loss)
         for _ in range(steps):
             dist.barrier()
             ex.step(x if ex.is_first_stage else None, y if ex.is_last_stage else None)
@@ -90,13 +92,13 @@ def _rank_main(rank: int, p: int, cfg: dict) -> dict:
     gen = torch.Generator().manual_seed(1)
     x, y = torch.randn(cfg["batch"], d, generator=gen), torch.randn(cfg["batch"], d, generator=gen)
     out = {"timelines": {}, "peak": {}, "speed": {}}
-    for name, (_, v) in SCHEDULES.items():
+    for name, v in CHUNKS.items():
         if v > 1 and m % p:
             continue
         schedule, _ = make_schedule(name, p, m)
         all_stages = _stages(p * v, cfg["layers"], d)
         mine = {s: all_stages[s] for s in range(rank, p * v, p)}
-        ex = PipelineExecutor(mine, schedule, Fn.mse_loss)
+        ex = PipelineExecutor(mine, schedule=schedule, loss_fn=Fn.mse_loss)
         first, last = ex.is_first_stage, ex.is_last_stage
         run_ours = lambda: ex.step(x if first else None, y if last else None)  # noqa: E731
         timelines = []
@@ -124,9 +126,11 @@ def _rank_main(rank: int, p: int, cfg: dict) -> dict:
     return out
 
 
-def _bubble_rows(p: int, m: int, timelines_per_rank: list[dict]) -> tuple[list[dict], dict]:
+def bubble_rows(p: int, m: int, timelines_per_rank: list[dict]) -> tuple[list[dict], dict]:
+    """The bubble table's rows for one world size (and the median step's spans per schedule, to
+    plot) from every rank's {schedule name: [spans of each timed step]}."""
     rows, examples = [], {}
-    for name in SCHEDULES:
+    for name in CHUNKS:
         if name not in timelines_per_rank[0]:
             continue
         schedule, v = make_schedule(name, p, m)
@@ -138,8 +142,8 @@ def _bubble_rows(p: int, m: int, timelines_per_rank: list[dict]) -> tuple[list[d
         replay = [sampled_bubble(schedule, [spans], by="action", samples=50) for spans in steps]
         examples[name] = steps[sorted(range(len(steps)), key=measured.__getitem__)[len(steps) // 2]]
         meas, replayed = statistics.median(measured), statistics.median(replay)
-        rows.append({"p": p, "m": m, "schedule": name, "measured": meas, "p20": _q(measured, 0.2),
-                     "p80": _q(measured, 0.8), "closed form": closed_form_bubble(name, p, m, v),
+        rows.append({"p": p, "m": m, "schedule": name, "measured": meas, "p20": quantile(measured, 0.2),
+                     "p80": quantile(measured, 0.8), "closed form": closed_form_bubble(name, p, m, v),
                      "equal stages": statistics.median(equal), "per stage": statistics.median(staged),
                      "+ jitter": jitter, "meas/+jitter": meas / jitter, "replay": replayed,
                      "meas/replay": meas / replayed})
@@ -162,18 +166,13 @@ def target_summary(rows: list[dict], cores: int, tolerance: float = 0.10) -> str
     return "\n".join(lines)
 
 
-def _q(xs, q):
-    xs = sorted(xs)
-    return xs[round(q * (len(xs) - 1))]
-
-
 def _speed_rows(p: int, m: int, results: list[dict]) -> list[dict]:
     rows = []
     for name, (ours, theirs) in results[0]["speed"].items():  # times are already the slowest rank's
-        ratios = sorted(a / b for a, b in zip(ours, theirs))
+        ratios = [a / b for a, b in zip(ours, theirs)]
         rows.append({"p": p, "m": m, "schedule": name, "ours ms": 1e3 * statistics.median(ours),
                      "torch ms": 1e3 * statistics.median(theirs), "ratio": statistics.median(ratios),
-                     "p20": _q(ratios, 0.2), "p80": _q(ratios, 0.8)})
+                     "p20": quantile(ratios, 0.2), "p80": quantile(ratios, 0.8)})
     return rows
 
 
@@ -224,7 +223,7 @@ def main(argv: list[str]) -> int:
         if args.layers % (2 * p) or args.batch % args.m:
             raise SystemExit(f"pipeline benchmark: --layers must be divisible by 2p={2 * p} and --batch by m={args.m}")
         results = spawn(_rank_main, p, cfg, timeout_s=600)
-        rows, examples = _bubble_rows(p, args.m, [r["timelines"] for r in results])
+        rows, examples = bubble_rows(p, args.m, [r["timelines"] for r in results])
         bubble += rows
         speed += _speed_rows(p, args.m, results)
         memory += _memory_rows(p, args.m, results)

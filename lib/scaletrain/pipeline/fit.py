@@ -34,9 +34,9 @@ import random
 import statistics
 from collections.abc import Sequence
 
+from scaletrain.pipeline.messages import receives
 from scaletrain.pipeline.schedules import B, F, I, Action, Schedule
 from scaletrain.pipeline.simulate import Span, simulate
-from scaletrain.pipeline.validate import receives
 
 __all__ = ["costs_from_timeline", "message_delays", "sampled_bubble"]
 

@@ -1,6 +1,6 @@
 """Point-to-point transport of the pipeline executor: activations forward, gradients backward.
 
-Every message is a `validate.Message`; its source and destination ranks follow from its stages
+Every message is a `messages.Message`; its source and destination ranks follow from its stages
 (stage s on rank s % p). Receives are posted with `irecv` in schedule order, ahead of the action
 that needs them, and waited on just before it runs; sends are `isend`s that the rank does not
 wait for until the end of the step, so a send never blocks (the dry run in `validate` assumes
@@ -19,12 +19,12 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from scaletrain.pipeline.messages import Message
 from scaletrain.pipeline.schedules import stage_rank
-from scaletrain.pipeline.validate import Message
 
 __all__ = ["StageComm"]
 
-_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32)
+_WIRE_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32)
 _MAX_DIMS = 6
 
 
@@ -106,11 +106,11 @@ class StageComm:
         return shapes
 
     def _send_header(self, tensor: torch.Tensor, dst: int) -> None:
-        if tensor.dtype not in _DTYPES or tensor.dim() > _MAX_DIMS:
+        if tensor.dtype not in _WIRE_DTYPES or tensor.dim() > _MAX_DIMS:
             raise ValueError(f"PipelineExecutor: stage outputs must be one tensor of <= {_MAX_DIMS} dims "
-                             f"with dtype in {_DTYPES}, got {tensor.dtype} of shape {tuple(tensor.shape)}")
+                             f"with dtype in {_WIRE_DTYPES}, got {tensor.dtype} of shape {tuple(tensor.shape)}")
         header = torch.zeros(2 + _MAX_DIMS, dtype=torch.int64)
-        header[0], header[1] = _DTYPES.index(tensor.dtype), tensor.dim()
+        header[0], header[1] = _WIRE_DTYPES.index(tensor.dtype), tensor.dim()
         header[2:2 + tensor.dim()] = torch.tensor(tensor.shape, dtype=torch.int64)
         dist.isend(header.to(self.device), group=self.group, group_dst=dst).wait()
 
@@ -119,4 +119,4 @@ class StageComm:
         dist.irecv(header, group=self.group, group_src=src).wait()
         header = header.cpu()
         ndim = int(header[1])
-        return torch.Size(header[2:2 + ndim].tolist()), _DTYPES[int(header[0])]
+        return torch.Size(header[2:2 + ndim].tolist()), _WIRE_DTYPES[int(header[0])]

@@ -1,7 +1,7 @@
 """Time a schedule without running it: makespan, bubble fraction, peak in-flight microbatches.
 
 Each rank runs its actions in list order; an action starts when its rank is free and the message
-it receives (see `validate.receives`) has arrived, `t_comm` after its sender finished. Durations
+it receives (see `messages.receives`) has arrived, `t_comm` after its sender finished. Durations
 are per action, i.e. per stage (one model chunk) and microbatch: with v chunks per rank, pass
 t_f / v to compare against a v = 1 schedule of the same model.
 
@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from scaletrain.pipeline.messages import receives, sends
 from scaletrain.pipeline.schedules import B, F, I, W, Action, Schedule, stage_rank
-from scaletrain.pipeline.validate import receives, schedule_sizes, sends, validate
+from scaletrain.pipeline.validate import schedule_sizes, validate
 
 __all__ = ["Span", "SimResult", "simulate", "closed_form_bubble", "bubble_of", "peak_in_flight"]
 

@@ -22,7 +22,7 @@ def check_memory(engine) -> None:
     padding is the formula at the real Ψ with Ψ/N read as an exact fraction (the shards of all
     ranks together hold Ψ real elements)."""
     size, stage = engine.dp_world_size, engine.stage
-    got, want = engine.memory_report(), expected_memory(engine)
+    got, want = engine.memory_report(), expected_memory(engine.units, engine.optimizer, stage)
     psi = sum(u.numel for u in engine.units)
     real = [None] * size
     dist.all_gather_object(real, got.total - got.padding, group=engine.group)  # before any assert

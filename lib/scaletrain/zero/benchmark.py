@@ -31,6 +31,7 @@ from scaletrain.memory import zero_memory_per_rank
 from scaletrain.memory_measure import storage_bytes
 from scaletrain.models import GPT, GPTConfig, make_batch
 from scaletrain.zero.engine import ZeRO
+from scaletrain.zero.stages import stage_facts
 
 CFG = GPTConfig(vocab_size=256, block_size=64, n_layer=4, n_head=4, n_embd=128)
 QUICK_CFG = GPTConfig(vocab_size=256, block_size=32, n_layer=2, n_head=4, n_embd=64)
@@ -58,7 +59,7 @@ class _Variant:
 
 def _ours(stage: int, cfg: GPTConfig) -> _Variant:
     model = GPT(cfg, seed=0)
-    zero = ZeRO(model, torch.optim.AdamW, stage, lr=LR)
+    zero = ZeRO(model, optimizer_class=torch.optim.AdamW, stage=stage, lr=LR)
 
     def step(idx, targets):
         zero.zero_grad()
@@ -146,7 +147,7 @@ def _formula(name: str, psi: int, p: int) -> tuple[float, int]:
     """(bytes sent per rank per step, model-state bytes per rank) from the ZeRO paper (fp32 AdamW)."""
     stage = {"ours DP (stage 0)": 0, "torch DDP": 0, "ours ZeRO-1": 1, BASELINE: 1, "ours ZeRO-2": 2,
              "ours ZeRO-3": 3, "torch FSDP2": 3}[name]
-    volume = 3 if stage == 3 or name == BASELINE else 2  # ZeroRedundancyOptimizer: + broadcast Ψ
+    volume = 3 if name == BASELINE else stage_facts(stage).comm_factor  # ZeroRedundancyOptimizer: + broadcast Ψ
     return volume * psi * (p - 1) / p * 4, zero_memory_per_rank(psi, p, stage).total
 
 

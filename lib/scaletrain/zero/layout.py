@@ -33,8 +33,8 @@ import torch.nn as nn
 from scaletrain.comm.ring import shard_numel
 from scaletrain.dp.bucket import assign_buckets
 
-__all__ = ["FlatUnit", "ParamGroup", "resolve_param_groups", "bucket_units", "module_units",
-           "default_unit_modules", "pad_range"]
+__all__ = ["FlatUnit", "ParamGroup", "resolve_param_groups", "named_groups", "torch_param_groups", "bucket_units",
+           "module_units", "default_unit_modules", "pad_range"]
 
 
 @dataclass(kw_only=True, eq=False)
@@ -115,10 +115,9 @@ class FlatUnit:
         return [flat[off:off + p.numel()].view(p.shape) for p, off in zip(self.params, self.offsets)]
 
     def attach_flat_grad(self) -> None:
-        """Stages 0-1: allocate `flat_grad` and make every `p.grad` a view of it (zeros)."""
+        """Stages 0-1: allocate `flat_grad` (zeros). The `p.grad`s are left as they are, as torch
+        leaves them when an optimizer is built; `sync_flat_grad` makes them views of it."""
         self.flat_grad = self.full.new_zeros(self.padded_numel)
-        for p, view in zip(self.params, self.views(self.flat_grad)):
-            p.grad = view
 
     def sync_flat_grad(self) -> torch.Tensor:
         """Stages 0-1: make sure `flat_grad` holds every `p.grad` and return it.
@@ -159,52 +158,114 @@ def pad_range(numel: int, lo: int, hi: int) -> int:
 
 @dataclass(frozen=True, kw_only=True)
 class ParamGroup:
-    """One optimizer parameter group: its options (lr, weight_decay...) and trainable parameters."""
-    options: dict[str, Any]
-    named: tuple[tuple[str, nn.Parameter], ...]
+    """One optimizer parameter group: its options (lr, weight_decay...) and parameters.
 
-
-def resolve_param_groups(model: nn.Module, param_groups: Iterable[dict] | None) -> list[ParamGroup]:
-    """Check `param_groups` (torch's format: dicts with "params" and options) against the model.
-
-    None means one group of every trainable parameter. Frozen parameters (requires_grad=False)
-    are dropped: ZeRO neither shards nor updates them. Every trainable parameter must be in
-    exactly one group, and every listed tensor must be a parameter of `model`.
+    all_named: every parameter given, in order, frozen ones too (what torch's `param_groups` list);
+    named:     the trainable ones, which ZeRO packs into flat units.
     """
-    names = {id(p): n for n, p in model.named_parameters()}  # tied weights appear once
-    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    if param_groups is None:
-        return [ParamGroup(options={}, named=tuple(trainable))]
-    groups, seen = [], set()
-    for i, group in enumerate(param_groups):
-        if not isinstance(group, dict) or "params" not in group:
-            raise TypeError(f"ZeRO: param_groups[{i}] must be a dict with a 'params' list, as for torch.optim")
-        named = []
-        for p in group["params"]:
-            if id(p) not in names:
-                raise ValueError(f"ZeRO: param_groups[{i}] holds a tensor that is not a parameter of the model")
-            if id(p) in seen:
-                raise ValueError(f"ZeRO: parameter {names[id(p)]!r} appears in two param groups")
-            seen.add(id(p))
-            if p.requires_grad:
-                named.append((names[id(p)], p))
-        groups.append(ParamGroup(options={k: v for k, v in group.items() if k != "params"}, named=tuple(named)))
-    missing = [n for n, p in trainable if id(p) not in seen]
+    options: dict[str, Any]
+    all_named: tuple[tuple[str, torch.Tensor], ...]
+
+    @property
+    def named(self) -> tuple[tuple[str, torch.Tensor], ...]:
+        return tuple((n, p) for n, p in self.all_named if p.requires_grad)
+
+
+def resolve_param_groups(params: nn.Module | Iterable, param_groups: Iterable[dict] | None = None) -> list[ParamGroup]:
+    """Name every parameter and check the groups (torch's format: dicts with "params" and options).
+
+    `params` is either a model, with `param_groups` None (one group of all its parameters) or
+    torch's list of dicts over its parameters, every trainable one in exactly one group; or what a
+    torch optimizer takes (tensors, (name, tensor) pairs, or dicts of them), named by their
+    position across the groups (the numbering of torch's `state_dict`) unless the pairs name them.
+    Frozen parameters (requires_grad=False) stay in `all_named`: ZeRO neither packs nor updates them.
+    """
+    if not isinstance(params, nn.Module):
+        if param_groups is not None:
+            raise TypeError("ZeRO: param_groups= goes with a model; parameters already come as torch's param groups")
+        return named_groups(*torch_param_groups(params))
+    names = {id(p): n for n, p in params.named_parameters()}  # tied weights appear once
+    dicts = [{"params": list(params.parameters())}] if param_groups is None else param_groups
+    groups = named_groups(dicts, names, where="a parameter of the model")
+    grouped = {id(p) for g in groups for _, p in g.all_named}
+    missing = [n for n, p in params.named_parameters() if p.requires_grad and id(p) not in grouped]
     if missing:
         raise ValueError(f"ZeRO: trainable parameters {missing} are in no param group; add them to one "
                          "or set requires_grad=False")
     return groups
 
 
+def named_groups(param_groups: Iterable[dict], names: dict[int, str], *,
+                 where: str = "one of the parameters") -> list[ParamGroup]:
+    """ParamGroups from torch-style dicts whose tensors all have a name in `names` (by id), each once."""
+    groups, seen = [], set()
+    for i, group in enumerate(param_groups):
+        if not isinstance(group, dict) or "params" not in group:
+            raise TypeError(f"ZeRO: param_groups[{i}] must be a dict with a 'params' list, as for torch.optim")
+        named = []
+        for entry in _entries(group["params"]):
+            p = entry[1] if _is_pair(entry) else entry  # torch's (name, tensor) pairs
+            if id(p) not in names:
+                raise ValueError(f"ZeRO: param_groups[{i}] holds a tensor that is not {where}")
+            if id(p) in seen:
+                raise ValueError(f"ZeRO: parameter {names[id(p)]!r} appears in two param groups")
+            seen.add(id(p))
+            named.append((names[id(p)], p))
+        groups.append(ParamGroup(options={k: v for k, v in group.items() if k != "params"}, all_named=tuple(named)))
+    return groups
+
+
+def torch_param_groups(params: Iterable, *, first: int = 0) -> tuple[list[dict], dict[int, str]]:
+    """torch.optim's forms of `params` (tensors, (name, tensor) pairs, or dicts of them) as new
+    group dicts over lists of tensors, and a name per tensor: the pair's, else its position
+    across the groups counted from `first`."""
+    items = list(params)
+    if not items:
+        raise ValueError("ZeRO: got an empty parameter list")
+    dicts = [dict(g) for g in items] if isinstance(items[0], dict) else [{"params": items}]
+    names: dict[int, str] = {}
+    position = first
+    for group in dicts:
+        if "params" not in group:
+            continue  # named_groups says what is missing
+        tensors = []
+        for entry in _entries(group["params"]):
+            name, p = entry if _is_pair(entry) else (str(position), entry)
+            if not isinstance(p, torch.Tensor):
+                raise TypeError(f"ZeRO: parameters must be tensors, got {type(p).__name__}")
+            names.setdefault(id(p), name)
+            tensors.append(p)
+            position += 1
+        group["params"] = tensors
+    return dicts, names
+
+
+def _entries(params: Any) -> list:
+    """A group's "params" as a list: torch takes one tensor, one (name, tensor) pair or an ordered
+    iterable of them (a set has no order, so ranks could disagree on the layout)."""
+    if isinstance(params, torch.Tensor) or _is_pair(params):
+        return [params]
+    if isinstance(params, set):
+        raise TypeError("ZeRO: a param group's parameters must be in an ordered collection (a list), not a set")
+    return list(params)
+
+
+def _is_pair(entry: Any) -> bool:
+    return (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], str)
+            and isinstance(entry[1], torch.Tensor))
+
+
 def bucket_units(groups: Sequence[ParamGroup], *, bucket_cap_bytes: int, dp_rank: int,
-                 dp_world_size: int) -> list[FlatUnit]:
-    """Stages 0-2: each group's parameters in buckets of at most `bucket_cap_bytes`, last first."""
+                 dp_world_size: int, first_group: int = 0) -> list[FlatUnit]:
+    """Stages 0-2: each group's parameters in buckets of at most `bucket_cap_bytes`, last first.
+    `first_group`: the index of `groups[0]` among the optimizer's groups (one added later)."""
     units = []
-    for g, group in enumerate(groups):
-        if not group.named:
+    for g, group in enumerate(groups, start=first_group):
+        trainable = group.named
+        if not trainable:
             continue
-        for bucket in assign_buckets([p for _, p in group.named], bucket_cap_bytes):
-            named = [group.named[i] for i in reversed(bucket)]  # buffer in registration order
+        for bucket in assign_buckets([p for _, p in trainable], bucket_cap_bytes):
+            named = [trainable[i] for i in reversed(bucket)]  # buffer in registration order
             units.append(FlatUnit.pack(named, group_index=g, dp_rank=dp_rank, dp_world_size=dp_world_size))
     return units
 

@@ -10,25 +10,27 @@ zeros that make each unit divisible by N (they sit in the last ranks' shards).
 Communication is what `scaletrain.comm.comm_counter` recorded for the hooks and steps: per step
 and rank, Σ_u f·(N-1)·m_u·itemsize bytes with f = 2 for stages 0-2 (one reduce-scatter and one
 all-gather, or an allreduce) and f = 3 for stage 3 (all-gather in forward, all-gather in
-backward, reduce-scatter), i.e. 2Ψ'·(N-1)/N and 3Ψ'·(N-1)/N elements.
+backward, reduce-scatter), i.e. 2Ψ'·(N-1)/N and 3Ψ'·(N-1)/N elements (`StageFacts.comm_factor`).
+
+The functions take what they read (the flat units, the wrapped optimizer, the stage, the bytes
+counted), not the engine; notebook 05's measurements over all stages are in demo.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable, Sequence
 
 import torch
 
+from scaletrain.comm.counter import CommStats
 from scaletrain.memory import MemoryBreakdown, zero_memory_per_rank
 from scaletrain.memory_measure import storage_bytes
 from scaletrain.zero.layout import FlatUnit
-
-if TYPE_CHECKING:
-    from scaletrain.zero.engine import ZeRO
+from scaletrain.zero.stages import stage_facts
 
 __all__ = ["MemoryReport", "CommReport", "measure_memory", "expected_memory", "comm_report",
-           "expected_comm", "optimizer_kind", "padded_params", "measure_stages"]
+           "expected_comm", "optimizer_kind", "padded_params"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,15 +84,16 @@ def _count(pairs: Iterable[tuple[FlatUnit, torch.Tensor]]) -> tuple[int, int]:
     return sum(b for b, _ in seen.values()), sum(p for _, p in seen.values())
 
 
-def measure_memory(engine: "ZeRO") -> MemoryReport:
-    units = engine.units
+def measure_memory(units: Sequence[FlatUnit], optimizer: torch.optim.Optimizer,
+                   frozen: Sequence[torch.Tensor] = ()) -> MemoryReport:
+    """What this rank holds for the units (and the wrapped `optimizer`'s state of their shards)."""
     params = _count([(u, u.full) for u in units] + [(u, u.shard) for u in units])
     grads = _count([(u, g) for u in units
                     for g in (u.flat_grad, u.shard.grad, *(p.grad for p in u.params)) if g is not None])
-    states = _count([(u, v) for u in units for v in engine.optimizer.state.get(u.shard, {}).values()
+    states = _count([(u, v) for u in units for v in optimizer.state.get(u.shard, {}).values()
                      if isinstance(v, torch.Tensor) and v.shape == u.shard.shape])
     return MemoryReport(params=params[0], grads=grads[0], optimizer=states[0],
-                        padding=params[1] + grads[1] + states[1], frozen=storage_bytes(engine.frozen))
+                        padding=params[1] + grads[1] + states[1], frozen=storage_bytes(list(frozen)))
 
 
 def optimizer_kind(optimizer: torch.optim.Optimizer) -> str | None:
@@ -108,57 +111,28 @@ def padded_params(units: Iterable[FlatUnit]) -> int:
     return sum(u.padded_numel for u in units)
 
 
-def expected_memory(engine: "ZeRO") -> MemoryBreakdown:
-    """The paper's per-rank bytes for this engine (stage, N, optimizer) at Ψ' (fp32 only)."""
-    kind = optimizer_kind(engine.optimizer)
+def expected_memory(units: Sequence[FlatUnit], optimizer: torch.optim.Optimizer, stage: int) -> MemoryBreakdown:
+    """The paper's per-rank bytes for these units (stage, N, optimizer) at Ψ' (fp32 only)."""
+    kind = optimizer_kind(optimizer)
     if kind is None:
-        raise ValueError(f"expected_memory: no formula for {type(engine.optimizer).__name__}; "
+        raise ValueError(f"expected_memory: no formula for {type(optimizer).__name__}; "
                          "scaletrain.memory models Adam(W) and SGD with or without momentum")
-    if engine.units[0].full.dtype != torch.float32:
+    if units[0].full.dtype != torch.float32:
         raise ValueError("expected_memory: the formulas here are for fp32 parameters")
-    return zero_memory_per_rank(padded_params(engine.units), engine.dp_world_size, engine.stage,
+    return zero_memory_per_rank(padded_params(units), units[0].dp_world_size, stage,
                                 precision="fp32", optimizer=kind)
 
 
 def expected_comm(units: Iterable[FlatUnit], world_size: int, stage: int) -> tuple[int, int]:
     """(bytes, messages) one rank sends per training step: f·(N-1) messages of m_u elements per unit."""
-    f = 3 if stage == 3 else 2
+    f = stage_facts(stage).comm_factor
     units = list(units)
     nbytes = sum(f * (world_size - 1) * u.shard_numel * u.full.element_size() for u in units)
     return nbytes, f * (world_size - 1) * len(units)
 
 
-def comm_report(engine: "ZeRO") -> CommReport:
-    nbytes, messages = expected_comm(engine.units, engine.dp_world_size, engine.stage)
-    return CommReport(bytes_sent=engine.sent.bytes_sent, messages=engine.sent.messages, steps=engine.steps,
+def comm_report(units: Sequence[FlatUnit], stage: int, sent: CommStats, steps: int) -> CommReport:
+    """`sent` (what the training steps sent) next to `expected_comm` per step."""
+    nbytes, messages = expected_comm(units, units[0].dp_world_size, stage)
+    return CommReport(bytes_sent=sent.bytes_sent, messages=sent.messages, steps=steps,
                       expected_bytes_per_step=nbytes, expected_messages_per_step=messages)
-
-
-def measure_stages(world_size: int, *, cfg=None, steps: int = 2, stages=(0, 1, 2, 3)) -> list[dict]:
-    """Train the tiny GPT (AdamW) `steps` steps at each stage on `world_size` spawned ranks.
-
-    Returns one row per (stage, rank): the measured `MemoryReport` after the last step, the
-    formula at Ψ' (`expected_memory`), the `CommReport`, Ψ and Ψ'. For notebooks and plots.
-    """
-    from scaletrain.launch import spawn
-    return [row for rows in spawn(_measure_rank, world_size, cfg, steps, tuple(stages), timeout_s=120)
-            for row in rows]
-
-
-def _measure_rank(rank: int, world_size: int, cfg, steps: int, stages) -> list[dict]:
-    from scaletrain.models import GPT, GPTConfig, make_batch
-    from scaletrain.zero.engine import ZeRO
-
-    cfg = cfg or GPTConfig()
-    rows = []
-    for stage in stages:
-        model = GPT(cfg, seed=0)
-        zero = ZeRO(model, torch.optim.AdamW, stage, lr=1e-3)
-        for step in range(steps):
-            zero.zero_grad()
-            model(*make_batch(cfg, 2, seed=1000 * step + rank))[1].backward()
-            zero.step()
-        rows.append(dict(stage=stage, rank=rank, world_size=world_size, memory=zero.memory_report(),
-                         formula=expected_memory(zero), comm=zero.comm_report(),
-                         psi=sum(u.numel for u in zero.units), psi_padded=padded_params(zero.units)))
-    return rows

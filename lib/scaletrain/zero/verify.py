@@ -15,7 +15,6 @@ adds hidden ones.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -24,7 +23,9 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from scaletrain import testing
 from scaletrain.models import GPT, MLP, GPTConfig, make_batch
+from scaletrain.testing import agree, agreed, mean_gradients
 
 __all__ = ["Case", "MODELS", "OPTIMIZERS", "make_model", "param_groups", "micro_batch_loss",
            "run_reference", "run_zero", "train_steps", "compare", "assert_close", "RTOL", "agree", "agreed"]
@@ -100,25 +101,23 @@ def _optimizer(case: Case, params) -> torch.optim.Optimizer:
     return cls(params, **kwargs)
 
 
-def run_reference(case: Case, world_size: int | Sequence[int]) -> tuple[nn.Module, torch.optim.Optimizer]:
+def run_reference(case: Case, world_size: int | Sequence[int], *,
+                  lr_lambda: Callable[[int], float] | None = None) -> tuple[nn.Module, torch.optim.Optimizer]:
     """One process: each step, the gradients of the N micro-batches, summed in rank order, / N.
 
-    `world_size` may list N per step (a checkpoint saved at one N and resumed at another)."""
+    `world_size` may list N per step (a checkpoint saved at one N and resumed at another);
+    `lr_lambda`, an LR schedule (torch's LambdaLR) stepped after every optimizer step."""
     sizes = [world_size] * case.steps if isinstance(world_size, int) else list(world_size)
     model = make_model(case.model, case.seed)
     groups = param_groups(case.model, model)
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = _optimizer(case, groups if groups is not None else trainable)
+    scheduler = None if lr_lambda is None else torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda)
     for step, world_size in enumerate(sizes):
-        total = [torch.zeros_like(p) for p in trainable]
-        for r in range(world_size):  # per-rank gradients first, as data parallelism has them
-            model.zero_grad()
-            micro_batch_loss(model, seed=case.seed, step=step, rank=r).backward()
-            for t, p in zip(total, trainable):
-                t.add_(p.grad)
-        for t, p in zip(total, trainable):
-            p.grad = t.div_(world_size)
+        mean_gradients(model, lambda r: micro_batch_loss(model, seed=case.seed, step=step, rank=r), world_size)
         opt.step()
+        if scheduler is not None:
+            scheduler.step()
     return model, opt
 
 
@@ -128,56 +127,29 @@ def run_zero(case: Case, group: Any = None, zero_cls: Callable | None = None, **
         from scaletrain.zero import ZeRO as zero_cls
     model = make_model(case.model, case.seed)
     cls, kwargs = OPTIMIZERS[case.optimizer]
-    engine = zero_cls(model, cls, case.stage, group, param_groups=param_groups(case.model, model),
-                      bucket_cap_mb=case.bucket_cap_mb, **kwargs, **zero_kwargs)
+    engine = zero_cls(model, optimizer_class=cls, stage=case.stage, group=group,
+                      param_groups=param_groups(case.model, model), bucket_cap_mb=case.bucket_cap_mb,
+                      **kwargs, **zero_kwargs)
     train_steps(engine, case, group, range(case.steps))
     return engine
 
 
-def train_steps(engine, case: Case, group: Any, steps) -> None:
+def train_steps(engine, case: Case, group: Any, steps, scheduler: Any = None) -> None:
+    """This rank's micro-batches of `steps`; `scheduler` (over `engine`) steps after every step."""
     rank = dist.get_rank(group)
     for step in steps:
         engine.zero_grad()
         micro_batch_loss(engine.model, seed=case.seed, step=step, rank=rank).backward()
         engine.step()
-
-
-def agree(error: str | None, group: Any = None) -> None:
-    """Collective: raise AssertionError on every rank of `group` if any rank has an `error`.
-
-    A check that fails on one rank only (rank 0 compares the checkpoint; the padding sits on the
-    last rank) must not let the others run ahead into the next collective: they would wait for a
-    peer that is somewhere else, and a wrong answer would end as a deadlock."""
-    errors = [None] * dist.get_world_size(group)
-    dist.all_gather_object(errors, error, group=group)
-    first = next((e for e in errors if e), None)
-    if first:
-        raise AssertionError(first)
-
-
-def agreed(check: Callable) -> Callable:
-    """Decorator for `check(engine, ...)`: its AssertionError on any rank is raised on all of them.
-    Every rank must reach the end of `check` (run its collectives before asserting)."""
-    @functools.wraps(check)
-    def run(engine, *args, **kwargs):
-        try:
-            check(engine, *args, **kwargs)
-            error = None
-        except AssertionError as exc:
-            error = f"rank {engine.dp_rank}: {exc}"
-        agree(error, engine.group)
-    return run
+        if scheduler is not None:
+            scheduler.step()
 
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, what: str, rtol: float = 1e-4,
                  atol: float = 1e-7) -> None:
-    """max|a - e| <= atol + rtol·max|e| (scale-aware: an all-zeros answer fails)."""
-    if actual.shape != expected.shape:
-        raise AssertionError(f"{what}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}")
-    err = (actual.double() - expected.double()).abs().max().item() if actual.numel() else 0.0
-    scale = expected.double().abs().max().item() if expected.numel() else 0.0
-    if not err <= atol + rtol * scale:
-        raise AssertionError(f"{what}: max abs error {err:.3g} vs single process (scale {scale:.3g})")
+    """`scaletrain.testing.assert_close` against the single process; `atol` covers the entries
+    whose exact value is 0 and whose computed one is rounding noise (see RTOL)."""
+    testing.assert_close(actual, expected, rtol=rtol, atol=atol, what=what)
 
 
 @agreed
@@ -185,7 +157,7 @@ def compare(engine, ref_model: nn.Module, ref_opt: torch.optim.Optimizer, *, rto
             label: str = "") -> None:
     """Collective. On dp rank 0, check the engine's full checkpoint against the reference by name;
     a mismatch raises AssertionError on every rank."""
-    ckpt = engine.state_dict()
+    ckpt = engine.full_state_dict()
     if ckpt is None:
         return
     for name, t in ref_model.state_dict().items():
