@@ -23,7 +23,7 @@ def _rows():
     return rows, truth
 
 
-def test_table_reports_median_ratios_busbw_model_and_exact_bytes(tmp_path):
+def test_table_reports_median_ratios_busbw_model_and_exact_bytes(tmp_path, monkeypatch):
     rows, truth = _rows()
     model = benchmark.fit_model(rows)
     assert model.alpha_s == pytest.approx(truth.alpha_s, rel=1e-6)
@@ -36,11 +36,12 @@ def test_table_reports_median_ratios_busbw_model_and_exact_bytes(tmp_path):
         assert row["backend busbw"] == pytest.approx(algbw * 2 * 3 / 4)
     text = bench.format_table(table, benchmark.COLUMNS)
     assert "ring/backend" in text and "16 MiB" in text and "4 KiB" in text
-    benchmark.plot(rows, tmp_path / "busbw.png")
+    monkeypatch.setenv("SCALETRAIN_BENCH_OUT", str(tmp_path))
+    assert benchmark.plot(rows, "busbw.png") == tmp_path / "busbw.png"
     assert (tmp_path / "busbw.png").stat().st_size > 1000
 
 
 def test_world_size_one_is_rejected_with_the_reason(capsys):
     with pytest.raises(SystemExit):
         benchmark.main(["--world-sizes", "1"])
-    assert "every p must be >= 2" in capsys.readouterr().err
+    assert "p must be >= 2" in capsys.readouterr().err

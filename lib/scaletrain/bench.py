@@ -16,6 +16,7 @@ the link's peak whatever p is.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import statistics
@@ -28,7 +29,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 __all__ = ["Timing", "Comparison", "quantile", "time_fn", "compare", "gbps", "busbw", "BUSBW_FACTOR",
-           "format_table", "out_dir", "BENCHMARKS", "main"]
+           "format_table", "out_dir", "save_figure", "world_sizes", "BENCHMARKS", "DISTRIBUTED", "main"]
 
 
 @dataclass(frozen=True)
@@ -188,6 +189,42 @@ def out_dir() -> Path:
     return path
 
 
+def save_figure(fig: Any, name: str, dpi: int = 120) -> Path | None:
+    """Write `fig` to out_dir()/name in the primary process only (rank 0 under torchrun) and
+    close it; the path, or None where nothing was written."""
+    import matplotlib.pyplot as plt
+    from scaletrain.launch import is_primary
+
+    path = out_dir() / name if is_primary() else None
+    if path is not None:
+        fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
+def world_sizes(requested: str | None, default: str, *, multiple_of: int = 1) -> tuple[int, ...]:
+    """The world sizes a distributed benchmark runs, from `--world-sizes` ("2,4") or `default`;
+    under torchrun the one it started (WORLD_SIZE), which `--world-sizes`, if given, must list.
+    ValueError naming the fix for p < 2 or p not dividing what the benchmark needs."""
+    from scaletrain.launch import under_torchrun
+
+    try:
+        sizes = tuple(int(p) for p in (requested or default).split(","))
+    except ValueError:
+        raise ValueError(f"--world-sizes: comma-separated integers, e.g. 2,4; got {requested!r}") from None
+    if under_torchrun():
+        started = int(os.environ["WORLD_SIZE"])
+        if requested and started not in sizes:
+            raise ValueError(f"torchrun started {started} processes but --world-sizes is {requested}: "
+                             f"drop --world-sizes or pass --nproc-per-node={sizes[0]}")
+        sizes = (started,)
+    bad = [p for p in sizes if p < 2 or p % multiple_of]
+    if bad:
+        need = f" and a multiple of {multiple_of}" if multiple_of > 1 else ""
+        raise ValueError(f"world size {bad[0]} does not fit this benchmark: p must be >= 2{need}")
+    return sizes
+
+
 # name -> module with `main(argv: list[str]) -> int`; each lives beside the code it measures.
 BENCHMARKS = {
     "kernels": "scaletrain.ops.benchmark",
@@ -195,21 +232,34 @@ BENCHMARKS = {
     "ddp": "scaletrain.dp.benchmark",
     "pipeline": "scaletrain.pipeline.benchmark",
     "zero": "scaletrain.zero.benchmark",
+    "tp": "scaletrain.tp.benchmark",
     "memory": "scaletrain.checkpointing.benchmark",
 }
+DISTRIBUTED = ("allreduce", "ddp", "pipeline", "zero", "tp")  # spawn ranks: what `all` runs under torchrun
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`python -m scaletrain.bench <name|all> [options]`. Under torchrun every rank runs the
+    benchmark (its ranks are torchrun's processes); only rank 0 prints and writes plots."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in BENCHMARKS:
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in (*BENCHMARKS, "all"):
         known = ", ".join(BENCHMARKS)
         bad = f"unknown benchmark {argv[0]!r}. " if argv and argv[0] not in ("-h", "--help") else ""
-        print(f"{bad}usage: python -m scaletrain.bench <{known}> [options]\n"
+        print(f"{bad}usage: python -m scaletrain.bench <{known}|all> [options]\n"
               "Each prints a table (median, p20, p80, ratio to the baseline measured in the same run)\n"
-              "and saves a plot under ./bench_out (or $SCALETRAIN_BENCH_OUT).", file=sys.stderr)
+              "and saves a plot under ./bench_out (or $SCALETRAIN_BENCH_OUT). `all` runs each in turn,\n"
+              "passing on the options (e.g. --quick); under torchrun, the distributed ones.", file=sys.stderr)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
-    module = importlib.import_module(BENCHMARKS[argv[0]])
-    return int(module.main(argv[1:]) or 0)
+    from scaletrain.launch import is_primary, under_torchrun
+
+    names = [argv[0]] if argv[0] != "all" else [n for n in BENCHMARKS if n in DISTRIBUTED or not under_torchrun()]
+    code = 0
+    with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(sys.stdout if is_primary() else devnull):
+        for name in names:
+            if len(names) > 1:
+                print(f"\n=== {name} ===", flush=True)
+            code = max(code, int(importlib.import_module(BENCHMARKS[name]).main(argv[1:]) or 0))
+    return code
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ It never hangs and never leaves orphans: a rank that raises, exits or stalls end
 with an exception that names the rank, and the other ranks are killed.
 
 Under `torchrun` (RANK / WORLD_SIZE / MASTER_ADDR set) the processes already exist, so `spawn`
-joins the environment's rendezvous and runs `fn` once, in this process, for this rank.
+joins the environment's rendezvous, runs `fn` once, in this process, for this rank, and gathers
+every rank's result: it returns the same list as without torchrun, on every rank.
 
 Rendezvous uses a file store in a fresh temporary folder, so two concurrent runs (two students'
 tests on one machine, pytest-xdist) cannot collide on a port.
@@ -14,10 +15,10 @@ tests on one machine, pytest-xdist) cannot collide on a port.
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import multiprocessing as mp
 import os
-import pickle
 import pickle
 import queue
 import shutil
@@ -31,7 +32,7 @@ import torch.distributed as dist
 
 STARTUP_S = 180.0  # importing torch in p processes on a loaded 2-core machine can take a minute
 
-__all__ = ["spawn", "RankError", "SpawnTimeout", "pick_backend", "under_torchrun"]
+__all__ = ["spawn", "RankError", "SpawnTimeout", "pick_backend", "under_torchrun", "is_primary"]
 
 
 class RankError(RuntimeError):
@@ -53,6 +54,12 @@ class SpawnTimeout(TimeoutError):
 
 def under_torchrun() -> bool:
     return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
+def is_primary() -> bool:
+    """True in the one process that prints tables and writes plots: rank 0 under torchrun, else
+    the process that called `spawn` (its ranks are children)."""
+    return not under_torchrun() or int(os.environ["RANK"]) == 0
 
 
 def pick_backend(backend: str, world_size: int) -> str:
@@ -78,7 +85,7 @@ def spawn(fn: Callable[..., Any], world_size: int, *args: Any, backend: str = "a
         if int(os.environ["WORLD_SIZE"]) != world_size:
             raise ValueError(f"spawn: asked for {world_size} ranks but torchrun started "
                              f"WORLD_SIZE={os.environ['WORLD_SIZE']}; pass --nproc-per-node={world_size}")
-        return [_run_under_torchrun(fn, args, backend, timeout_s)]
+        return _run_under_torchrun(fn, args, backend, timeout_s)
     try:
         pickle.dumps((fn, args))
     except Exception as exc:  # a lambda or a local function cannot reach the child processes
@@ -221,17 +228,19 @@ def _rank_main(rank, world_size, fn, args, environ, backend, store_dir, timeout_
         results.join_thread()
 
 
-def _run_under_torchrun(fn, args, backend: str, timeout_s: float) -> Any:
+def _run_under_torchrun(fn, args, backend: str, timeout_s: float) -> list[Any]:
+    """`fn` for this rank, then every rank's result. The default group is made once and kept for
+    the life of the process: a second `init_process_group` over torchrun's store would meet the
+    first one's keys (gloo then connects to ports that are gone)."""
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    backend = pick_backend(backend, int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
-    owns_group = not dist.is_initialized()
-    if owns_group:
+    if not dist.is_initialized():
+        backend = pick_backend(backend, int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
         dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=timeout_s))
-    try:
-        return fn(rank, world_size, *args)
-    finally:
-        if owns_group:
-            dist.destroy_process_group()
+        atexit.register(dist.destroy_process_group)
+    result = fn(rank, world_size, *args)
+    everyone: list[Any] = [None] * world_size
+    dist.all_gather_object(everyone, result)  # every rank returns what `spawn` returns: all results
+    return everyone

@@ -224,7 +224,7 @@ def _precision_rows(cfg: GPTConfig, batch: int, steps: int, reps: int) -> list[d
     return rows
 
 
-def plot(rows: list[dict[str, Any]], path) -> None:
+def plot(rows: list[dict[str, Any]], name: str):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -244,8 +244,7 @@ def plot(rows: list[dict[str, Any]], path) -> None:
         ax.set_title(name)
         ax.legend(loc="upper right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return bench.save_figure(fig, name, dpi=110)
 
 
 def main(argv: list[str]) -> int:
@@ -273,7 +272,6 @@ def main(argv: list[str]) -> int:
     print(bench.format_table(amp, AMP_COLUMNS))
     print(f"\n{steps} steps of AdamW on the same batches; ratio: step time / the baseline's (same run). "
           "bytes/step: offload's device→host gradients + host→device parameters, beside 4Ψ.")
-    path = bench.out_dir() / "memory.png"
-    plot(rows, path)
+    path = plot(rows, "memory.png")
     print(f"plot: {path}")
     return 0 if exact else 1

@@ -95,7 +95,8 @@ def fit_model(rows: list[dict[str, Any]]) -> cost_model.AlphaBeta:
                                             seconds=r["ring"].candidate.median) for r in rows)
 
 
-def plot(rows: list[dict[str, Any]], path) -> None:
+def plot(rows: list[dict[str, Any]], name: str):
+    """busbw vs message size, ours beside the backend's; the path written (None off rank 0)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -112,8 +113,7 @@ def plot(rows: list[dict[str, Any]], path) -> None:
            title="allreduce bus bandwidth (higher is better)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return bench.save_figure(fig, name)
 
 
 def _size(nbytes: int) -> str:
@@ -123,12 +123,14 @@ def _size(nbytes: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scaletrain.bench allreduce", description=__doc__.split("\n")[2])
     parser.add_argument("--quick", action="store_true", help="4 sizes, p in {2, 4}, 5 reps")
-    parser.add_argument("--world-sizes", default=None, help="comma-separated, default 2,3,4")
+    parser.add_argument("--world-sizes", default=None, help="comma-separated, default 2,3,4 (quick 2,4); "
+                                                             "under torchrun: its WORLD_SIZE")
     parser.add_argument("--reps", type=int, default=None, help="timed reps per pair (default 10, quick 5)")
     args = parser.parse_args(argv)
-    world_sizes = tuple(int(p) for p in (args.world_sizes or ("2,4" if args.quick else "2,3,4")).split(","))
-    if any(p < 2 for p in world_sizes):
-        parser.error("--world-sizes: every p must be >= 2 (p = 1 sends nothing)")
+    try:
+        world_sizes = bench.world_sizes(args.world_sizes, "2,4" if args.quick else "2,3,4")
+    except ValueError as exc:
+        parser.error(str(exc))
     sizes, reps = (QUICK_SIZES, 5) if args.quick else (SIZES, 10)
     try:
         rows = measure(world_sizes, sizes, args.reps or reps)
@@ -141,7 +143,5 @@ def main(argv: list[str] | None = None) -> int:
     print(bench.format_table(table_rows(rows, model), COLUMNS))
     print(f"fitted ring model: alpha = {model.alpha_s * 1e6:.1f} us/message, "
           f"beta = 1/({model.bandwidth_gbps:.2f} GB/s)")
-    path = bench.out_dir() / "allreduce_busbw.png"
-    plot(rows, path)
-    print(f"plot: {path}")
+    print(f"plot: {plot(rows, 'allreduce_busbw.png')}")
     return 0

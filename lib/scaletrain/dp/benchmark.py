@@ -101,7 +101,7 @@ def _rank(rank: int, p: int, cap_mb: float, reps: int, sweep: tuple[float, ...])
     return {"rows": rows, "sweep": sweep_rows, "limits": limits}
 
 
-def _plot(results: dict[int, dict], path) -> None:
+def _plot(results: dict[int, dict], name: str):
     """Step time / torch DDP's (timed alternately, so the machine's drift cancels) vs bucket cap."""
     import matplotlib
     matplotlib.use("Agg")
@@ -126,27 +126,31 @@ def _plot(results: dict[int, dict], path) -> None:
                  "small buckets pay the latency α per message; one bucket cannot overlap", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return bench.save_figure(fig, name)
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m scaletrain.bench ddp", description=__doc__.split("\n")[0])
-    parser.add_argument("--world-sizes", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--world-sizes", default=None, help="comma-separated, default 2,4 (quick 2); "
+                                                             "under torchrun: its WORLD_SIZE")
     parser.add_argument("--cap-mb", type=float, default=1.0, help="bucket cap for the main table (MiB)")
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--sweep-world-size", type=int, default=2, help="p of the bucket-cap sweep (0: none)")
     parser.add_argument("--quick", action="store_true", help="p = 2 only, 5 reps, 3 bucket caps")
     args = parser.parse_args(argv)
     if args.quick:
-        args.world_sizes, args.reps = [2], 5
+        args.reps = 5
+    try:
+        world_sizes = bench.world_sizes(args.world_sizes, "2" if args.quick else "2,4")
+    except ValueError as exc:
+        parser.error(str(exc))
     caps = SWEEP_CAPS_MB[::2] if args.quick else SWEEP_CAPS_MB
     n_params = sum(p.numel() for p in GPT(CFG).parameters())
     print(f"tiny GPT L={CFG.n_layer} h={CFG.n_embd} s={CFG.block_size}: {n_params / 1e6:.2f} M parameters "
           f"({n_params * 4 / 2**20:.1f} MiB of fp32 gradients), {BATCH_PER_RANK} sequences per rank, "
           f"bucket cap {args.cap_mb} MiB, {args.reps} reps, gloo, 1 thread per rank")
     results = {p: spawn(_rank, p, args.cap_mb, args.reps, caps if p == args.sweep_world_size else (),
-                        timeout_s=600)[0] for p in args.world_sizes}
+                        timeout_s=600)[0] for p in world_sizes}
     rows = [r for res in results.values() for r in res["rows"]]
     print(bench.format_table(rows, ["p", "variant", "messages", "median_ms", "p20_ms", "p80_ms", "ddp_ms",
                                     "vs_ddp", "vs_ddp_p20", "vs_ddp_p80"]))
@@ -160,7 +164,5 @@ def main(argv: list[str]) -> int:
     if swept:
         print("\nbucket-cap sweep (overlap on), each timed alternately with torch DDP")
         print(bench.format_table([r for res in swept.values() for r in res["sweep"]]))
-        path = bench.out_dir() / "ddp_bucket_sweep.png"
-        _plot(swept, path)
-        print(f"\nplot: {path}")
+        print(f"\nplot: {_plot(swept, 'ddp_bucket_sweep.png')}")
     return 0

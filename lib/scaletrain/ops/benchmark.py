@@ -168,10 +168,8 @@ def _plot_traffic(rows: list[dict]) -> None:
     ax.set_ylabel("MB moved to/from DRAM")
     ax.set_title(f"Bytes moved, M = 4096, N = {n_max}, fp32 (analytic)")
     ax.legend()
-    path = bench.out_dir() / "kernels_traffic.png"
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    print(f"plot: {path}")
+    print(f"plot: {bench.save_figure(fig, 'kernels_traffic.png')}")
 
 
 def _plot_bandwidth(rows: list[dict], peak: float | None, dtype: str) -> None:
@@ -192,10 +190,8 @@ def _plot_bandwidth(rows: list[dict], peak: float | None, dtype: str) -> None:
     for ax in axes[1]:
         ax.set_xlabel("N (row length), M = 4096")
     fig.suptitle(f"Fused kernels, {dtype}: GB/s on the minimum traffic")
-    path = bench.out_dir() / "kernels_bandwidth.png"
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    print(f"plot: {path}")
+    print(f"plot: {bench.save_figure(fig, 'kernels_bandwidth.png')}")
 
 
 def main(argv: list[str] | None = None) -> int:

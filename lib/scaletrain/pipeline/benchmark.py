@@ -36,6 +36,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as Fn
 
+from scaletrain import bench
 from scaletrain.bench import compare, format_table, out_dir, quantile
 from scaletrain.launch import spawn
 from scaletrain.pipeline.executor import PipelineExecutor
@@ -185,7 +186,7 @@ def _memory_rows(p: int, m: int, results: list[dict]) -> list[dict]:
     return rows
 
 
-def _plot(examples: dict, p: int, m: int, path) -> None:
+def _plot(examples: dict, p: int, m: int, filename: str):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -200,13 +201,13 @@ def _plot(examples: dict, p: int, m: int, path) -> None:
         plot_schedule(sim, ax=row[1], labels=False,
                       title=f"{name}: simulated with per-stage means, bubble {sim.bubble_fraction:.3f}")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return bench.save_figure(fig, filename, dpi=110)
 
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m scaletrain.bench pipeline", description=__doc__.split("\n")[0])
-    ap.add_argument("--p", type=int, nargs="+", default=[2, 4], help="world sizes (one spawn each)")
+    ap.add_argument("--world-sizes", default=None, help="comma-separated, one spawn each (default 2,4; quick 2); "
+                                                         "under torchrun: its WORLD_SIZE")
     ap.add_argument("--m", type=int, default=8, help="microbatches")
     ap.add_argument("--layers", type=int, default=8, help="Linear layers in the model (divisible by 2p)")
     ap.add_argument("--d", type=int, default=512, help="layer width")
@@ -216,18 +217,22 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--quick", action="store_true", help="p=2 only, 3 reps, smaller model")
     args = ap.parse_args(argv)
     if args.quick:
-        args.p, args.reps, args.d, args.batch = [2], 3, 256, 256
+        args.reps, args.d, args.batch = 3, 256, 256
+    try:
+        world_sizes = bench.world_sizes(args.world_sizes, "2" if args.quick else "2,4")
+    except ValueError as exc:
+        ap.error(str(exc))
     cfg = {"m": args.m, "d": args.d, "layers": args.layers, "batch": args.batch, "reps": args.reps, "warmup": 2}
     bubble, speed, memory = [], [], []
-    for p in args.p:
+    for p in world_sizes:
         if args.layers % (2 * p) or args.batch % args.m:
-            raise SystemExit(f"pipeline benchmark: --layers must be divisible by 2p={2 * p} and --batch by m={args.m}")
+            ap.error(f"--layers must be divisible by 2p={2 * p} and --batch by m={args.m}")
         results = spawn(_rank_main, p, cfg, timeout_s=600)
         rows, examples = bubble_rows(p, args.m, [r["timelines"] for r in results])
         bubble += rows
         speed += _speed_rows(p, args.m, results)
         memory += _memory_rows(p, args.m, results)
-        _plot(examples, p, args.m, out_dir() / f"pipeline_timelines_p{p}.png")
+        _plot(examples, p, args.m, f"pipeline_timelines_p{p}.png")
     print("Bubble fraction: measured timelines vs the closed form and the simulator with costs fitted to the "
           "run (equal stages, per-stage means, + jitter, replay of every action's duration)")
     print(format_table(bubble))
@@ -237,8 +242,9 @@ def main(argv: list[str]) -> int:
     print(format_table(speed))
     print("\nPeak activation bytes per rank (saved for backward): GPipe holds m microbatches, 1F1B p - r")
     print(format_table(memory))
-    if any(p > _cores() for p in args.p):
-        print(f"\nNote: p = {max(args.p)} puts {max(args.p)} single-threaded ranks on {_cores()} cores here: oversubscribed.")
+    if any(p > _cores() for p in world_sizes):
+        print(f"\nNote: p = {max(world_sizes)} puts {max(world_sizes)} single-threaded ranks on {_cores()} cores here: "
+              "oversubscribed.")
     print(f"\nGantt charts (measured beside simulated): {out_dir()}/pipeline_timelines_p*.png")
     return 0
 

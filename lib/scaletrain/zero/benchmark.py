@@ -171,7 +171,7 @@ def table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def plot(rows: list[dict[str, Any]], path) -> None:
+def plot(rows: list[dict[str, Any]], name: str):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -190,24 +190,24 @@ def plot(rows: list[dict[str, Any]], path) -> None:
         ax.set_title(label)
         ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return bench.save_figure(fig, name, dpi=110)
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m scaletrain.bench zero", description=__doc__.splitlines()[2])
     parser.add_argument("--quick", action="store_true", help="a smaller GPT and fewer reps")
-    parser.add_argument("--world-sizes", default="2,4", help="comma-separated p values (default 2,4)")
+    parser.add_argument("--world-sizes", default=None, help="comma-separated p values (default 2,4); "
+                                                             "under torchrun: its WORLD_SIZE")
     parser.add_argument("--reps", type=int, default=None, help="timed reps per variant (default 10, quick 4)")
     args = parser.parse_args(argv)
-    world_sizes = tuple(int(p) for p in args.world_sizes.split(","))
-    if any(p < 2 for p in world_sizes):
-        parser.error("--world-sizes: every p must be >= 2 (the baselines need peers)")
+    try:
+        world_sizes = bench.world_sizes(args.world_sizes, "2,4")
+    except ValueError as exc:
+        parser.error(str(exc))
     reps = args.reps or (4 if args.quick else 10)
     rows = table(measure(world_sizes, reps, args.quick))
     print(bench.format_table(rows, COLUMNS))
-    path = bench.out_dir() / "zero.png"
-    plot(rows, path)
+    path = plot(rows, "zero.png")
     print(f"\nratio: step time / {BASELINE} (median of per-rep ratios, same run); MB sent: mean over ranks "
           f"of bytes written to gloo's sockets (/proc/self/io wchar); plot: {path}")
     return 0

@@ -1,0 +1,223 @@
+"""Public tests of a6 on 2 gloo ranks: your operators, layers, loss and sequence-parallel pair against
+the unsharded computation in one process.
+
+One spawn per task (only the tasks you select run): `pytest assignments/a6_tensor_parallel -m task6_2`.
+The grader runs more: hidden shapes at t = 2 and t = 3, the bytes your code hands to the wire, the
+largest tensor your loss makes, the activations your layers save, and the whole GPT with and without
+sequence parallelism (`scaletrain.tp.parallelize`, which in your repository runs your files).
+"""
+
+import functools
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from autograder.checks import student_module
+from scaletrain.comm import comm_counter
+from scaletrain.launch import spawn
+from scaletrain.memory_measure import track_saved_tensors
+from scaletrain.testing import assert_close
+
+P = 2
+STEMS = ("tp_operators", "tp_layers", "tp_cross_entropy", "tp_sequence")
+for _stem in STEMS:
+    student_module(_stem, default=__file__)  # an import error shows here, before any rank starts
+
+
+def _randn(*shape, seed):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _linear(d_in, d_out, seed):
+    torch.manual_seed(seed)
+    return nn.Linear(d_in, d_out)
+
+
+def _task6_1_fg(rank):
+    ops = student_module("tp_operators")
+    x = _randn(3, 5, 6, seed=0)
+    w = _randn(3, 5, 6, seed=1 + rank)
+    xs = x.clone().requires_grad_(True)
+    y = ops.copy_to_tp(xs)
+    (y * w).sum().backward()
+    assert_close(y.detach(), x, what="f forward (identity)")
+    assert_close(xs.grad, _randn(3, 5, 6, seed=1) + _randn(3, 5, 6, seed=2), what="f backward (the sum of both ranks')")
+    part = _randn(3, 5, 6, seed=10 + rank).requires_grad_(True)
+    y = ops.reduce_from_tp(part)
+    (y * w).sum().backward()
+    assert_close(y.detach(), _randn(3, 5, 6, seed=10) + _randn(3, 5, 6, seed=11), what="g forward (the sum)")
+    assert_close(part.grad, w, what="g backward (identity)")
+
+
+def _task6_1_gather(rank):
+    ops = student_module("tp_operators")
+    piece = _randn(3, 5, 2, seed=20 + rank).requires_grad_(True)
+    y = ops.gather_from_tp(piece)
+    assert_close(y.detach(), torch.cat([_randn(3, 5, 2, seed=20), _randn(3, 5, 2, seed=21)], dim=-1),
+                 what="gather of the last dimension")
+    w = _randn(3, 5, 4, seed=30 + rank)
+    y.backward(w)
+    assert_close(piece.grad, w.narrow(-1, 2 * rank, 2), what="gather backward (this rank's slice)")
+    whole = _randn(3, 5, 4, seed=40).requires_grad_(True)
+    mine = ops.scatter_to_tp(whole)
+    assert_close(mine.detach(), whole.detach().narrow(-1, 2 * rank, 2), what="scatter of the last dimension")
+    mine.backward(_randn(3, 5, 2, seed=50 + rank))
+    assert_close(whole.grad, torch.cat([_randn(3, 5, 2, seed=50), _randn(3, 5, 2, seed=51)], dim=-1),
+                 what="scatter backward (the all-gather)")
+
+
+def _check_layer(layer, ref, x_ref, x_mine, keep_out, keep_in, what):
+    x_ref = x_ref.clone().requires_grad_(True)
+    y_ref = ref(x_ref)
+    w = _randn(*y_ref.shape, seed=99)
+    (y_ref * w).sum().backward()
+    x_mine = x_mine.clone().requires_grad_(True)
+    y = layer(x_mine)
+    assert_close(y.detach(), keep_out(y_ref.detach()), what=f"{what}: output")
+    (y * keep_out(w)).sum().backward()
+    assert_close(x_mine.grad, keep_in(x_ref.grad), what=f"{what}: input gradient")
+
+
+def _task6_2(rank):
+    layers = student_module("tp_layers")
+    x = _randn(3, 5, 7, seed=0)
+    for gather in (False, True):
+        ref = _linear(7, 12, seed=1)
+        col = layers.ColumnParallelLinear.from_linear(ref, gather_output=gather)
+        assert tuple(col.weight.shape) == (6, 7), f"column weight {tuple(col.weight.shape)}, expected (6, 7)"
+        assert_close(col.weight.detach(), ref.weight.detach()[6 * rank:6 * rank + 6], what="column: this rank's rows")
+        keep = (lambda y: y) if gather else (lambda y: y.narrow(-1, 6 * rank, 6))
+        _check_layer(col, ref, x, x, keep, lambda g: g, f"column gather_output={gather}")
+        assert_close(col.weight.grad, ref.weight.grad[6 * rank:6 * rank + 6], what="column: weight gradient")
+    qkv = _linear(7, 18, seed=2)  # three blocks of 6 rows: rank r takes rows 3r..3r+2 of each
+    col = layers.ColumnParallelLinear.from_linear(qkv, parts=3)
+    rows = torch.cat([torch.arange(6 * p + 3 * rank, 6 * p + 3 * rank + 3) for p in range(3)])
+    assert_close(col.weight.detach(), qkv.weight.detach()[rows], what="QKV (parts=3): this rank's heads in Q, K and V")
+    xw = _randn(3, 5, 12, seed=3)
+    for parallel in (True, False):
+        ref = _linear(12, 5, seed=4)
+        row = layers.RowParallelLinear.from_linear(ref, input_is_parallel=parallel)
+        assert tuple(row.weight.shape) == (5, 6), f"rank {rank}: row weight {tuple(row.weight.shape)}, expected (5, 6)"
+        cut = (lambda v: v.narrow(-1, 6 * rank, 6)) if parallel else (lambda v: v)
+        _check_layer(row, ref, xw, cut(xw), lambda y: y, cut, f"row input_is_parallel={parallel}")
+        assert_close(row.weight.grad, ref.weight.grad[:, 6 * rank:6 * rank + 6], what="row: weight gradient")
+        assert_close(row.bias.grad, ref.bias.grad, what="row: bias gradient")
+    mlp = nn.Sequential(layers.ColumnParallelLinear.from_linear(_linear(12, 48, seed=5)), nn.GELU(),
+                        layers.RowParallelLinear.from_linear(_linear(48, 12, seed=6)))
+    with comm_counter() as fwd:
+        y = mlp(xw.clone().requires_grad_(True))  # its gradient is what f's backward allreduces
+    with comm_counter() as bwd:
+        y.sum().backward()
+    n = xw.numel() * 4  # one allreduce of b·s·h on 2 ranks sends n bytes per rank
+    assert fwd.bytes_sent == n and bwd.bytes_sent == n, (
+        f"MLP sent {fwd.bytes_sent} B forward and {bwd.bytes_sent} B backward, expected one allreduce ({n} B) each")
+
+
+def _task6_3(rank):
+    from scaletrain.tp.verify import largest_tensor
+    ce = student_module("tp_cross_entropy")
+    logits = 8 * _randn(15, 18, seed=0)
+    targets = torch.randint(0, 18, (15,), generator=torch.Generator().manual_seed(1))
+    full = logits.clone().requires_grad_(True)
+    ref = F.cross_entropy(full, targets)
+    ref.backward()
+    mine = logits[:, 9 * rank:9 * rank + 9].clone().requires_grad_(True)
+
+    losses = []
+    most = largest_tensor(lambda: losses.append(ce.vocab_parallel_cross_entropy(mine, targets)) or losses[0].backward())
+    assert_close(losses[0].detach(), ref.detach(), what="loss")
+    assert_close(mine.grad, full.grad[:, 9 * rank:9 * rank + 9], what="gradient of this rank's logits")
+    assert most <= 15 * 9, f"a tensor of {most} elements was made; this rank's logits have {15 * 9}: never gather them"
+
+
+def _task6_4(rank):
+    seq = student_module("tp_sequence")
+    parts = [_randn(3, 6, 5, seed=k) for k in range(P)]
+    shard = parts[rank][:, 3 * rank:3 * rank + 3].clone().requires_grad_(True)
+    gathered = seq.gather_from_sp(shard)
+    whole = torch.cat([parts[0][:, :3], parts[1][:, 3:]], dim=1)
+    assert_close(gathered.detach(), whole, what="all-gather along the sequence")
+    gathered.backward(parts[rank])
+    assert_close(shard.grad, (parts[0] + parts[1])[:, 3 * rank:3 * rank + 3], what="its backward (a reduce-scatter)")
+    x = parts[rank].clone().requires_grad_(True)
+    out = seq.reduce_scatter_to_sp(x)
+    assert_close(out.detach(), (parts[0] + parts[1])[:, 3 * rank:3 * rank + 3],
+                 what="reduce-scatter along the sequence")
+    out.backward(_randn(3, 3, 5, seed=10 + rank))
+    assert_close(x.grad, torch.cat([_randn(3, 3, 5, seed=10), _randn(3, 3, 5, seed=11)], dim=1),
+                 what="its backward (an all-gather)")
+    ref = _linear(5, 8, seed=3)
+    x_full = _randn(3, 6, 5, seed=4).requires_grad_(True)
+    y_ref = ref(x_full)
+    w = _randn(3, 6, 8, seed=5)
+    (y_ref * w).sum().backward()
+    weight = nn.Parameter(ref.weight.detach()[4 * rank:4 * rank + 4].clone())
+    bias = nn.Parameter(ref.bias.detach()[4 * rank:4 * rank + 4].clone())
+    x = x_full.detach()[:, 3 * rank:3 * rank + 3].clone().requires_grad_(True)
+    with track_saved_tensors([weight, bias]) as saved:
+        y = seq.sequence_gather_linear(x, weight, bias)
+        held = saved.bytes
+    assert_close(y.detach(), y_ref.detach()[..., 4 * rank:4 * rank + 4], what="sequence-gather linear: output")
+    assert held <= x.numel() * 4, f"saved {held} B for backward; only the shard ({x.numel() * 4} B) may be kept"
+    (y * w[..., 4 * rank:4 * rank + 4]).sum().backward()
+    assert_close(x.grad, x_full.grad[:, 3 * rank:3 * rank + 3], what="sequence-gather linear: input gradient")
+    assert_close(weight.grad, ref.weight.grad[4 * rank:4 * rank + 4], what="sequence-gather linear: weight gradient")
+
+
+def _gpt(rank):
+    from scaletrain.models import GPT, GPTConfig, make_batch
+    from scaletrain.tp import allreduce_sequence_parallel_grads, parallelize
+    from scaletrain.tp.gpt import gpt_shard
+    cfg = GPTConfig(vocab_size=64, block_size=8, n_layer=2, n_head=4, n_embd=16)
+    for sp, length in ((False, 7), (True, 8)):
+        ref = GPT(cfg, seed=0)
+        x, y = make_batch(cfg, 3, seed=1, seq_len=length)
+        ref(x, y)[1].backward()
+        model = parallelize(GPT(cfg, seed=0), sequence_parallel=sp)
+        loss = model(x, y)[1]
+        loss.backward()
+        allreduce_sequence_parallel_grads(model)
+        assert_close(loss.detach(), ref(x, y)[1].detach(), what=f"GPT sequence_parallel={sp}: loss")
+        grads = dict(ref.named_parameters())
+        for name, p in model.named_parameters():
+            assert_close(p.grad, gpt_shard(name, grads[name].grad, rank=rank, world_size=P),
+                         what=f"GPT sequence_parallel={sp}: gradient of {name}")
+
+
+def _rank(rank, world_size, task):
+    for stem in STEMS:
+        student_module(stem)  # the folder comes from $AUTOGRADER_SUBMISSION
+    {"6.1": lambda r: (_task6_1_fg(r), _task6_1_gather(r)), "6.2": _task6_2, "6.3": _task6_3, "6.4": _task6_4,
+     "gpt": _gpt}[task](rank)
+
+
+@functools.lru_cache(maxsize=None)
+def _run(task):
+    spawn(_rank, P, task, timeout_s=60)  # raises RankError naming the failing rank and line
+
+
+@pytest.mark.task6_1
+def test_task6_1_f_g_and_the_last_dimension_gather_scatter():
+    _run("6.1")
+
+
+@pytest.mark.task6_2
+def test_task6_2_column_row_layers_equal_the_unsharded_layer_and_the_mlp_sends_one_allreduce_each_way():
+    _run("6.2")
+
+
+@pytest.mark.task6_3
+def test_task6_3_vocab_parallel_cross_entropy_equals_f_cross_entropy_without_the_whole_logits():
+    _run("6.3")
+
+
+@pytest.mark.task6_4
+def test_task6_4_sequence_pair_and_gather_linear():
+    _run("6.4")
+
+
+@pytest.mark.task6_4
+def test_task6_4_gpt_with_and_without_sequence_parallelism_equals_one_process():
+    _run("gpt")

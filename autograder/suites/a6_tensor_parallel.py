@@ -1,0 +1,590 @@
+"""Assignment a6: tensor and sequence parallelism (`assignments/a6_tensor_parallel/`).
+
+The group is *trusted* (`Group.trusted`): this process never imports the submission. The probe
+`autograder.probes.a6_tensor_parallel` runs the student's f and g, the column and row layers, the
+vocabulary-parallel loss and the sequence-parallel pair in the sandboxed worker, on one spawn of 3
+gloo ranks (t = 3: all of them; t = 2: a subgroup), on hidden shapes and weights sent from here, and
+returns raw outputs. Everything that decides a verdict is here:
+
+- references independent of the student's code: the unsharded `nn.Linear`, `F.cross_entropy` on
+  the whole logits, the one-process `scaletrain.models.GPT`, sums done in one process; the slice
+  each rank must hold (`scaletrain.tp.shard`, `scaletrain.tp.gpt.gpt_shard`);
+- bytes: what each rank handed to `isend` (counted by the probe below the student's code) against
+  the closed forms of `scaletrain.tp.cost` (f: nothing forward, one allreduce backward; the MLP one
+  allreduce of b·s·h each way; the GPT 4 per layer, the seminar's equation 5);
+- memory: the largest tensor the loss ever made (at most N·V/t elements: never the whole logits),
+  what the sequence-parallel linear saved (the shard only), and what the GPT's blocks saved against
+  `scaletrain.tp.activations` (Korthikanti's sbh(10 + 24/t + ...) and sbh(34/t + ...) adapted to CPU).
+
+A deadlocked collective ends after PG_TIMEOUT_S as `timeout` (the jobs after it are not run). torch's
+tensor-parallel API (DTensor, parallelize_module) and collectives are forbidden in the student files,
+statically and at run time; the wire is the course's ring (assignment a2).
+"""
+
+from __future__ import annotations
+
+import random
+
+from autograder import checks
+from autograder.attacks import IMPORTER, report_forger
+from autograder.manifest import REPO, Check, Group, Manifest, Planted, Task
+
+OPS, LAYERS, LOSS, SEQ = "tp_operators.py", "tp_layers.py", "tp_cross_entropy.py", "tp_sequence.py"
+PROBE = "autograder.probes.a6_tensor_parallel:"
+WORLD = 3             # t = 3 on every rank, t = 2 on a subgroup
+SIZES = (2, 3)
+PG_TIMEOUT_S = 10.0   # a collective that waits longer is a deadlock
+SPAWN_TIMEOUT_S = 150
+RTOL = 2e-5           # fp32, sums in another order than one process
+TORCH_TP = ("torch.distributed.tensor", "torch.distributed.all_reduce", "torch.distributed.all_gather",
+            "torch.distributed.all_gather_into_tensor", "torch.distributed.all_gather_single",
+            "torch.distributed.reduce_scatter", "torch.distributed.reduce_scatter_tensor",
+            "torch.distributed.reduce_scatter_single", "torch.distributed.broadcast", "torch.nn.parallel",
+            "importlib", "__import__", "exec", "eval")
+
+C_F = "f: identity forward, allreduce backward (values and bytes; t = 2, 3)"
+C_G = "g: allreduce forward, identity backward (values and bytes; t = 2, 3)"
+C_LAST = "gather and scatter of the last dimension, each the other's backward"
+C_COL = "column-parallel layer: its rows of the weight, output and gradients equal the unsharded layer"
+C_ROW = "row-parallel layer: its columns of the weight, output and gradients equal the unsharded layer"
+C_MLP = "column -> GeLU -> row: one allreduce of b·s·h forward and one backward"
+C_GPT = "tensor-parallel GPT equals one process (loss, logits slice, every gradient; t = 2, 3)"
+C_GPT_BYTES = "tensor-parallel GPT sends 4 allreduces of b·s·h per layer (+ embedding, head, loss)"
+C_CE = "vocabulary-parallel cross-entropy equals F.cross_entropy on the whole logits"
+C_CE_MEM = "the loss never makes a tensor of the whole logits (at most N·V/t elements)"
+C_SP_PAIR = "sequence all-gather / reduce-scatter and their conjugate backwards"
+C_SP_LIN = "sequence-gather linear equals the unsharded layer and saves only its shard"
+C_SP_GPT = "GPT with sequence parallelism equals one process (t = 2, 3)"
+C_SP_MEM = "blocks save sbh(10 + 24/t)-form bytes with TP, sbh(34/t)-form with SP (CPU fp32 form)"
+C_SP_BYTES = "sequence parallelism sends tensor parallelism's bytes plus 2 re-gathers per layer"
+CHECKS = (C_F, C_G, C_LAST, C_COL, C_ROW, C_MLP, C_GPT, C_GPT_BYTES, C_CE, C_CE_MEM, C_SP_PAIR, C_SP_LIN,
+          C_SP_GPT, C_SP_MEM, C_SP_BYTES)
+
+_FROM_LINEAR_COLUMN = "            layer.weight.copy_(shard(linear.weight, **where))\n"
+
+
+def _attacks() -> tuple[Planted, ...]:
+    """Attacks on the grader itself (issue 13's catalogue), each in place of the column layer's weight
+    slicing, which they leave undone: under the trusted split they earn nothing."""
+    attacks = {
+        "forges 'passed' lines in every report it can find (and at exit)": (
+            report_forger(list(CHECKS)).replace("    ", "            ", 1).replace("\n    ", "\n            ") +
+            "            forge(); atexit.register(forge)\n", "failed"),
+        "patches the grader's classify through sys.modules": (
+            f"            ctx = {IMPORTER}('autograder.context', fromlist=['x'])\n"
+            "            ctx.classify = lambda exc, submission: ('passed', '')\n", "failed"),
+        "reads the expected weights out of the caller's frames": (
+            "            import sys as _sys\n"
+            "            frame = _sys._getframe()\n"
+            "            while frame is not None:\n"
+            "                for key in ('want', 'expected', 'ref'):\n"
+            "                    if hasattr(frame.f_locals.get(key), 'shape'):\n"
+            "                        layer.weight.copy_(frame.f_locals[key])\n"
+            "                frame = frame.f_back\n", "failed"),
+        "imports the reference layers by a name built at run time": (
+            f"            ref = {IMPORTER}('scaletrain.tp.la' + 'yers', fromlist=['x'])\n"
+            "            layer.weight.copy_(ref.ColumnParallelLinear.from_linear(linear, tp_group=layer.tp_group, "
+            "parts=layer.parts).weight)\n", "error"),
+        "reads the reference from the grader's disk": (
+            f"            code = open({str(REPO / 'lib/scaletrain/tp/layers.py')!r}).read()\n"
+            "            scope = {'__name__': 'stolen'}\n"
+            f"            {IMPORTER}('builtins').exec(code, scope)\n"
+            "            layer.weight.copy_(scope['ColumnParallelLinear'].from_linear(linear, tp_group=layer.tp_group, "
+            "parts=layer.parts).weight)\n", "error"),
+    }
+    return tuple(Planted(name, LAYERS, (_FROM_LINEAR_COLUMN, body), expect={C_COL: outcome, C_ROW: "passed"})
+                 for name, (body, outcome) in attacks.items())
+
+
+_FULL_LOGITS = (
+    "        from scaletrain.tp.collectives import all_gather as _gather\n"
+    "        full = _gather(logits.detach(), -1, group, backend)                     # (N, V): the whole logits\n"
+    "        probs = torch.softmax(full, dim=-1)\n"
+    "        loss = -torch.log_softmax(full, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)\n"
+    "        ctx.save_for_backward(probs, targets)\n"
+    "        ctx.rank, ctx.v = rank, logits.shape[-1]\n"
+    "        return loss\n")
+_FULL_LOGITS_BACKWARD = (
+    "        probs, targets = ctx.saved_tensors\n"
+    "        grad = probs.clone()\n"
+    "        grad[torch.arange(grad.shape[0]), targets] -= 1\n"
+    "        grad = grad[:, ctx.rank * ctx.v:(ctx.rank + 1) * ctx.v]\n"
+    "        return grad.mul_(grad_loss.unsqueeze(-1)), None, None, None\n")
+
+
+def _cut(source: str, start: str, end: str) -> str:
+    """The text of `source` from the line starting with `start` to the line before `end`."""
+    text = (REPO / source).read_text()
+    i = text.index(start)
+    return text[i:text.index(end, i)]
+
+
+def _planted() -> tuple[Planted, ...]:
+    ce_forward = _cut("lib/scaletrain/tp/cross_entropy.py", "        m = allreduce_max(", "        # END SOLUTION")
+    ce_backward = _cut("lib/scaletrain/tp/cross_entropy.py", "        probs, local, outside = ctx.saved_tensors",
+                       "        # END SOLUTION")
+    return (
+        Planted("f's backward does not allreduce", OPS,
+                ("        return allreduce(grad, ctx.group, ctx.backend), None, None\n",
+                 "        return grad, None, None\n"),
+                expect={C_F: "failed", C_G: "passed", C_COL: "failed", C_GPT: "failed", C_CE: "passed"}),
+        Planted("row layer split along the wrong dimension", LAYERS,
+                ("            layer.weight.copy_(shard(linear.weight, dim=1, rank=layer.tp_rank, "
+                 "world_size=layer.tp_world_size))\n",
+                 "            layer.weight = nn.Parameter(linear.weight.detach().chunk(layer.tp_world_size, dim=0)"
+                 "[layer.tp_rank].clone())  # rows, as a column layer would\n"),
+                expect={C_ROW: "failed", C_COL: "passed", C_F: "passed"}),
+        Planted("QKV split as one block instead of per head", LAYERS,
+                ("world_size=layer.tp_world_size, parts=layer.parts)", "world_size=layer.tp_world_size, parts=1)"),
+                expect={C_COL: "failed", C_ROW: "passed", C_GPT: "failed"}),
+        Planted("the loss gathers the whole logits", LOSS,
+                ((ce_forward, _FULL_LOGITS), (ce_backward, _FULL_LOGITS_BACKWARD)),
+                expect={C_CE: "passed", C_CE_MEM: "failed", C_GPT: "passed"}),
+        Planted("the sequence-gather linear saves the gathered input", SEQ,
+                ("    return SequenceGatherLinear.apply(x, weight, bias, group, backend)\n",
+                 "    return F.linear(gather_from_sp(x, group, backend), weight, bias)  # autograd saves (b, s, h)\n"),
+                expect={C_SP_LIN: "failed", C_SP_PAIR: "passed", C_SP_GPT: "passed", C_SP_MEM: "failed"}),
+        Planted("g sums an all-gather of every partial instead of allreducing", OPS,
+                ("        return allreduce(x, group, backend)\n",
+                 "        from scaletrain.tp.collectives import all_gather as _gather\n"
+                 "        return _gather(x.unsqueeze(0), 0, group, backend).sum(0)"
+                 "  # (t-1)·n sent, not 2(t-1)/t·n\n"),
+                expect={C_G: "failed", C_F: "passed", C_GPT: "passed", C_GPT_BYTES: "failed"}),
+        Planted("imports torch's tensor-parallel API", LAYERS,
+                ("import torch.nn as nn\n",
+                 "import torch.nn as nn\n"
+                 "from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel\n"),
+                expect={C_COL: "flagged", C_ROW: "flagged", C_GPT: "flagged", C_F: "passed"}),
+        Planted("g allreduces on rank 0 only (deadlock)", OPS,
+                ("        return allreduce(x, group, backend)\n",
+                 "        return allreduce(x, group, backend) if torch.distributed.get_rank(group) == 0"
+                 " else x.clone()\n"),
+                expect={C_F: "passed", C_G: "timeout", C_GPT: "timeout"}, timeout_s=120),
+        Planted("the loss kills its process (crash)", LOSS,
+                (("import torch\n", "import os\n\nimport torch\n"),
+                 ("        m = allreduce_max(", "        os._exit(3)\n        m = allreduce_max(")),
+                expect={C_CE: "error", C_F: "error"}),
+        *_attacks(),
+    )
+
+
+MANIFEST = Manifest(
+    assignment="a6", folder="a6_tensor_parallel", title="Tensor and sequence parallelism",
+    files={OPS: "lib/scaletrain/tp/operators.py", LAYERS: "lib/scaletrain/tp/layers.py",
+           LOSS: "lib/scaletrain/tp/cross_entropy.py", SEQ: "lib/scaletrain/tp/sequence.py"},
+    tasks=(
+        Task("6.1", "The conjugate operators f and g (and the last-dimension gather/scatter)", file=OPS,
+             functions=("forward", "backward")),
+        Task("6.2", "Column- and row-parallel linear layers", file=LAYERS, functions=("from_linear", "forward")),
+        Task("6.3", "Vocabulary-parallel cross-entropy", file=LOSS, functions=("forward", "backward")),
+        Task("6.4", "Sequence parallelism: the all-gather / reduce-scatter pair", file=SEQ,
+             functions=("forward", "backward")),
+    ),
+    forbidden={OPS: TORCH_TP + ("scaletrain.tp.operators",),
+               LAYERS: TORCH_TP + ("scaletrain.tp.layers", "scaletrain.tp.ColumnParallelLinear",
+                                   "scaletrain.tp.RowParallelLinear"),
+               LOSS: TORCH_TP + ("scaletrain.tp.cross_entropy", "scaletrain.tp.vocab_parallel_cross_entropy"),
+               SEQ: TORCH_TP + ("scaletrain.tp.sequence",)},
+    groups=(
+        Group("ranks", "autograder.suites.a6_tensor_parallel:group_ranks", timeout_s=300, trusted=True, checks=(
+            Check("6.1", C_F, 2), Check("6.1", C_G, 2), Check("6.1", C_LAST, 1),
+            Check("6.2", C_COL, 3), Check("6.2", C_ROW, 3), Check("6.2", C_MLP, 1), Check("6.2", C_GPT, 3),
+            Check("6.2", C_GPT_BYTES, 1),
+            Check("6.3", C_CE, 3), Check("6.3", C_CE_MEM, 2),
+            Check("6.4", C_SP_PAIR, 2), Check("6.4", C_SP_LIN, 2), Check("6.4", C_SP_GPT, 2), Check("6.4", C_SP_MEM, 2),
+            Check("6.4", C_SP_BYTES, 1),
+        )),
+    ),
+    planted=_planted(),
+)
+
+
+# ---------------------------------------------------------------- hidden inputs (this side only)
+
+CFG = dict(vocab_size=78, block_size=12, n_layer=2, n_head=6, n_embd=30)  # 78, 6 and 30 divide by 2 and 3
+
+
+def _randn(gen, *shape, scale: float = 1.0):
+    import torch
+    return torch.randn(*shape, generator=gen) * scale
+
+
+def _jobs(seed: int) -> dict[str, list[dict]]:
+    """Per check, its jobs (inputs the probe runs on); the same job may serve several checks."""
+    import torch
+    rng, gen = random.Random(seed), torch.Generator().manual_seed(seed)
+    b, s = rng.choice((1, 3)), rng.choice((5, 7))
+    need: dict[str, list[dict]] = {}
+    for t in SIZES:
+        n = 6 * rng.randint(1, 4)                                   # a last dimension every t divides
+        for op in ("f", "g", "gather", "scatter"):
+            full = op in ("f", "scatter")
+            xs = [_randn(gen, b, s, n if full or op == "g" else n // t) for _ in range(t)]
+            if op in ("f", "scatter"):
+                xs = [xs[0]] * t                                     # the same input on every rank
+            w_shape = (b, s, n if op in ("f", "g", "gather") else n // t)
+            job = {"name": f"{op} t={t}", "kind": "operator", "op": op, "t": t, "x": xs,
+                   "w": [_randn(gen, *w_shape) for _ in range(t)]}
+            need.setdefault({"f": C_F, "g": C_G}.get(op, C_LAST), []).append(job)
+        for layer, flags in (("column", (False, True)), ("row", (True, False))):
+            for flag in flags:
+                parts = 3 if layer == "column" and not flag else 1
+                d_in = rng.choice((7, 17)) if layer == "column" else 6 * rng.randint(1, 4)
+                d_out = 6 * parts * rng.randint(1, 3) if layer == "column" else rng.choice((5, 13))
+                weight, bias = _randn(gen, d_out, d_in, scale=0.3), _randn(gen, d_out)
+                x = _randn(gen, b, s, d_in)
+                if layer == "row" and flag:
+                    xs = [x.narrow(-1, r * d_in // t, d_in // t).contiguous() for r in range(t)]
+                else:
+                    xs = [x] * t
+                w = _randn(gen, b, s, d_out)
+                if layer == "column" and not flag:
+                    from scaletrain.tp.shard import shard
+                    ws = [shard(w, dim=2, rank=r, world_size=t, parts=parts) for r in range(t)]
+                else:
+                    ws = [w] * t
+                need.setdefault(C_COL if layer == "column" else C_ROW, []).append(
+                    {"name": f"{layer} flag={flag} t={t}", "kind": "layer", "layer": layer, "flag": flag, "t": t,
+                     "parts": parts, "weight": weight, "bias": bias, "x": xs, "w": ws, "x_full": x, "w_full": w})
+        h = 6 * rng.randint(1, 2)
+        need.setdefault(C_MLP, []).append(
+            {"name": f"mlp t={t}", "kind": "mlp", "t": t, "w1": _randn(gen, 4 * h, h, scale=0.3),
+             "b1": _randn(gen, 4 * h),
+             "w2": _randn(gen, h, 4 * h, scale=0.3), "b2": _randn(gen, h), "x": _randn(gen, b, s, h),
+             "w": _randn(gen, b, s, h)})
+        rows, vocab = rng.choice((7, 15)), 6 * rng.randint(3, 7)
+        logits, targets = _randn(gen, rows, vocab, scale=6.0), torch.randint(0, vocab, (rows,), generator=gen)
+        job = {"name": f"loss t={t}", "kind": "loss", "t": t, "targets": targets, "full": logits,
+               "logits": [logits.narrow(-1, r * vocab // t, vocab // t).contiguous() for r in range(t)]}
+        need.setdefault(C_CE, []).append(job)
+        need.setdefault(C_CE_MEM, []).append(job)
+        seq, width = 6 * rng.randint(1, 2), rng.choice((5, 7))
+        for op in ("sp_gather", "sp_scatter"):
+            shard_in = op == "sp_gather"
+            xs = [_randn(gen, b, seq // t if shard_in else seq, width) for _ in range(t)]
+            ws = [_randn(gen, b, seq if shard_in else seq // t, width) for _ in range(t)]
+            need.setdefault(C_SP_PAIR, []).append({"name": f"{op} t={t}", "kind": "operator", "op": op, "t": t,
+                                                  "x": xs, "w": ws})
+        d_in, d_out = rng.choice((5, 9)), 6 * rng.randint(1, 3)
+        weight, bias, x = _randn(gen, d_out, d_in, scale=0.3), _randn(gen, d_out), _randn(gen, b, seq, d_in)
+        w = _randn(gen, b, seq, d_out)
+        need.setdefault(C_SP_LIN, []).append(
+            {"name": f"gather_linear t={t}", "kind": "gather_linear", "t": t, "seq": seq,
+             "weight": [weight.narrow(0, r * d_out // t, d_out // t).contiguous() for r in range(t)],
+             "bias": [bias.narrow(0, r * d_out // t, d_out // t).contiguous() for r in range(t)],
+             "x": [x.narrow(1, r * seq // t, seq // t).contiguous() for r in range(t)],
+             "w": [w.narrow(-1, r * d_out // t, d_out // t).contiguous() for r in range(t)],
+             "full": (weight, bias, x, w)})
+        for sp in (False, True):
+            from scaletrain.models import GPTConfig, make_batch
+            length = 12 if sp else s
+            idx, tgt = make_batch(GPTConfig(**CFG), b, seed=seed + t, seq_len=length)
+            job = {"name": f"gpt t={t} sp={sp}", "kind": "gpt", "t": t, "sp": sp, "cfg": CFG, "seed": seed % 1000,
+                   "idx": idx, "targets": tgt}
+            for check in ((C_SP_GPT, C_SP_MEM, C_SP_BYTES) if sp else (C_GPT, C_GPT_BYTES, C_SP_MEM)):
+                need.setdefault(check, []).append(job)
+    return need
+
+
+# ---------------------------------------------------------------- references (this side only)
+
+def _linear(weight, bias):
+    import torch
+    import torch.nn as nn
+    lin = nn.Linear(weight.shape[1], weight.shape[0])
+    with torch.no_grad():
+        lin.weight.copy_(weight)
+        lin.bias.copy_(bias)
+    return lin
+
+
+def _reference(job: dict) -> dict:
+    """What the unsharded computation gives for `job` (before any student code runs)."""
+    import torch.nn.functional as F
+
+    kind = job["kind"]
+    if kind == "layer" or kind == "gather_linear":
+        weight, bias, x, w = ((job["weight"], job["bias"], job["x_full"], job["w_full"]) if kind == "layer"
+                              else job["full"])
+        lin, x = _linear(weight, bias), x.clone().requires_grad_(True)
+        y = lin(x)
+        (y * w).sum().backward()
+        return {"y": y.detach(), "x_grad": x.grad, "weight_grad": lin.weight.grad, "bias_grad": lin.bias.grad}
+    if kind == "mlp":
+        l1, l2 = _linear(job["w1"], job["b1"]), _linear(job["w2"], job["b2"])
+        x = job["x"].clone().requires_grad_(True)
+        y = l2(F.gelu(l1(x)))
+        (y * job["w"]).sum().backward()
+        return {"y": y.detach(), "x_grad": x.grad}
+    if kind == "loss":
+        logits = job["full"].clone().requires_grad_(True)
+        loss = F.cross_entropy(logits, job["targets"])
+        loss.backward()
+        return {"loss": loss.detach(), "grad": logits.grad}
+    if kind == "gpt":
+        from scaletrain.models import GPT, GPTConfig
+        model = GPT(GPTConfig(**job["cfg"]), seed=job["seed"])
+        logits, loss = model(job["idx"], job["targets"])
+        loss.backward()
+        return {"loss": loss.detach(), "logits": logits.detach(),
+                "grads": {n: p.grad for n, p in model.named_parameters()}}
+    return {}  # operators: sums over the ranks, computed where they are judged
+
+
+def _close(actual, expected, what: str) -> None:
+    import torch
+    if not isinstance(actual, torch.Tensor):
+        raise AssertionError(f"{what}: expected a tensor of shape {tuple(expected.shape)}, got {actual!r}"[:300])
+    checks.assert_close(actual, expected.to(actual.dtype) if actual.dtype.is_floating_point else expected,
+                        rtol=RTOL, what=what)
+
+
+def _bytes(got, want: int, what: str, hint: str) -> None:
+    if got != want:
+        raise AssertionError(f"{what}: handed {got} B to isend, expected {want} B ({hint})")
+
+
+# ---------------------------------------------------------------- judging one rank's outputs
+
+def _judge_operator(job, out, ref, r, check):
+    import torch
+    from scaletrain.tp.cost import allreduce_bytes, gather_bytes
+
+    op, t, xs, ws = job["op"], job["t"], job["x"], job["w"]
+    at = f"{op} (t={t}), rank {r}"
+    cat_w = lambda dim: torch.cat(ws, dim=dim)  # noqa: E731
+    n_x = xs[r].numel()
+    if op == "f":
+        want = (xs[r], sum(ws), 0, allreduce_bytes(n_x, t),
+                "nothing forward, one allreduce of the input's size backward")
+    elif op == "g":
+        want = (sum(xs), ws[r], allreduce_bytes(n_x, t), 0, "one allreduce forward, nothing backward")
+    elif op == "gather":
+        k = xs[r].shape[-1]
+        want = (torch.cat(xs, dim=-1), ws[r].narrow(-1, r * k, k), gather_bytes(n_x * t, t), 0,
+                "an all-gather forward, nothing backward")
+    elif op == "scatter":
+        k = xs[r].shape[-1] // t
+        want = (xs[r].narrow(-1, r * k, k), cat_w(-1), 0, gather_bytes(n_x, t),
+                "nothing forward, an all-gather backward")
+    elif op == "sp_gather":
+        k = xs[r].shape[1]
+        want = (torch.cat(xs, dim=1), sum(ws).narrow(1, r * k, k), gather_bytes(n_x * t, t), gather_bytes(n_x * t, t),
+                "an all-gather forward, a reduce-scatter backward")
+    else:  # sp_scatter
+        k = xs[r].shape[1] // t
+        want = (sum(xs).narrow(1, r * k, k), cat_w(1), gather_bytes(n_x, t), gather_bytes(n_x, t),
+                "a reduce-scatter forward, an all-gather backward")
+    y, grad, fwd, bwd, hint = want
+    _close(out["y"], y, f"{at}: forward output")
+    if out.get("skipped"):
+        raise AssertionError(f"{at}: {out['skipped']}")
+    _close(out["x_grad"], grad, f"{at}: input gradient")
+    _bytes(out["sent_forward"], fwd, f"{at}, forward", hint)
+    _bytes(out["sent_backward"], bwd, f"{at}, backward", hint)
+
+
+def _layer_at(job, r) -> str:
+    flag = "gather_output" if job["layer"] == "column" else "input_is_parallel"
+    return f"{job['layer']}-parallel layer ({flag}={job['flag']}, t={job['t']}), rank {r}"
+
+
+def _judge_weights(job, out, r):
+    """The slices of the unsharded weight and bias the layer took (judged before anything it computed)."""
+    from scaletrain.tp.shard import shard
+
+    t, parts, at = job["t"], job["parts"], _layer_at(job, r)
+    if job["layer"] == "column":
+        where = dict(dim=0, rank=r, world_size=t, parts=parts)
+        weight, bias = shard(job["weight"], **where), shard(job["bias"], **where)
+        hint = "rows [r·out/t, (r+1)·out/t) of torch's (out, in) weight" + (", per Q/K/V block" if parts > 1 else "")
+    else:
+        weight, bias = shard(job["weight"], dim=1, rank=r, world_size=t), job["bias"]
+        hint = "columns [r·in/t, (r+1)·in/t) of torch's (out, in) weight, the whole bias"
+    for name, got, want in (("weight", out["weight"], weight), ("bias", out["bias"], bias)):
+        shape = tuple(getattr(got, "shape", ()))
+        if shape != tuple(want.shape):
+            raise AssertionError(f"{at}: holds a {name} of shape {shape}, expected {tuple(want.shape)}: {hint}")
+        _close(got, want, f"{at}: {name} taken from the unsharded layer ({hint})")
+
+
+def _judge_layer(job, out, ref, r, check):
+    from scaletrain.tp.cost import allreduce_bytes, gather_bytes
+    from scaletrain.tp.shard import shard
+
+    t, parts, flag, column = job["t"], job["parts"], job["flag"], job["layer"] == "column"
+    at, where = _layer_at(job, r), dict(dim=0, rank=r, world_size=t, parts=parts)
+    d_out, d_in = job["weight"].shape
+    b_s = job["x_full"].numel() // d_in
+    _judge_weights(job, out, r)
+    y = ref["y"] if (not column or flag) else shard(ref["y"], dim=2, rank=r, world_size=t, parts=parts)
+    _close(out["y"], y, f"{at}: output")
+    if out.get("skipped"):
+        raise AssertionError(f"{at}: {out['skipped']}")
+    x_grad = ref["x_grad"]
+    if not column and flag:
+        k = d_in // t
+        x_grad = x_grad.narrow(-1, r * k, k)
+    _close(out["x_grad"], x_grad, f"{at}: input gradient")
+    w_grad = shard(ref["weight_grad"], **where) if column else shard(ref["weight_grad"], dim=1, rank=r, world_size=t)
+    _close(out["weight_grad"], w_grad, f"{at}: weight gradient")
+    _close(out["bias_grad"], shard(ref["bias_grad"], **where) if column else ref["bias_grad"], f"{at}: bias gradient")
+    if column:
+        _bytes(out["sent_forward"], gather_bytes(b_s * d_out, t) if flag else 0, f"{at}, forward",
+               "nothing, or one all-gather with gather_output")
+        _bytes(out["sent_backward"], allreduce_bytes(b_s * d_in, t), f"{at}, backward", "f: one allreduce of dL/dX")
+    else:
+        _bytes(out["sent_forward"], allreduce_bytes(b_s * d_out, t), f"{at}, forward",
+               "g: one allreduce of the partial sums")
+        _bytes(out["sent_backward"], 0 if flag else gather_bytes(b_s * d_in, t), f"{at}, backward",
+               "nothing, or one all-gather of the input's gradient when the layer sliced X itself")
+
+
+def _judge_mlp(job, out, ref, r, check):
+    from scaletrain.tp.cost import allreduce_bytes
+    at, n = f"MLP (t={job['t']}), rank {r}", job["x"].numel()
+    _close(out["y"], ref["y"], f"{at}: output")
+    if out.get("skipped"):
+        raise AssertionError(f"{at}: {out['skipped']}")
+    _close(out["x_grad"], ref["x_grad"], f"{at}: input gradient")
+    for phase in ("forward", "backward"):
+        _bytes(out[f"sent_{phase}"], allreduce_bytes(n, job["t"]), f"{at}, {phase}",
+               "one allreduce of b·s·h: the GeLU runs on each rank's columns, no communication between the layers")
+
+
+def _judge_loss(job, out, ref, r, check):
+    t, (rows, vocab) = job["t"], job["full"].shape
+    at = f"cross-entropy (N={rows}, V={vocab}, t={t}), rank {r}"
+    if check == C_CE_MEM:
+        if out["largest"] > rows * vocab // t:
+            raise AssertionError(f"{at}: a tensor of {out['largest']} elements was made; this rank's logits have "
+                                 f"{rows * vocab // t} and the whole logits {rows * vocab}: reduce the max, the "
+                                 "target logit and the sum of exponentials instead of gathering the logits")
+        limit = 4 * rows * vocab // t + 16 * rows
+        if out["saved"] > limit:
+            raise AssertionError(f"{at}: saved {out['saved']} B for backward, at most {limit} (this rank's softmax "
+                                 "slice and per-row indices)")
+        return
+    _close(out["loss"], ref["loss"].reshape(1), f"{at}: loss")
+    if out.get("skipped"):
+        raise AssertionError(f"{at}: {out['skipped']}")
+    k = vocab // t
+    _close(out["grad"], ref["grad"].narrow(-1, r * k, k), f"{at}: gradient of this rank's logits")
+
+
+def _judge_gather_linear(job, out, ref, r, check):
+    from scaletrain.tp.cost import gather_bytes
+    t, seq = job["t"], job["seq"]
+    at = f"sequence-gather linear (s={seq}, t={t}), rank {r}"
+    d_out = job["full"][0].shape[0]
+    k, c = seq // t, d_out // t
+    _close(out["y"], ref["y"].narrow(-1, r * c, c), f"{at}: output (the whole sequence, this rank's columns)")
+    if out.get("skipped"):
+        raise AssertionError(f"{at}: {out['skipped']}")
+    _close(out["x_grad"], ref["x_grad"].narrow(1, r * k, k), f"{at}: gradient of this rank's sequence shard")
+    _close(out["weight_grad"], ref["weight_grad"].narrow(0, r * c, c), f"{at}: weight gradient")
+    _close(out["bias_grad"], ref["bias_grad"].narrow(0, r * c, c), f"{at}: bias gradient")
+    shard_bytes = job["x"][r].numel() * 4
+    if out["saved"] > shard_bytes:
+        raise AssertionError(f"{at}: saved {out['saved']} B for backward, at most {shard_bytes} (the (b, s/t, h) "
+                             "shard; the gathered input is t times that): save the shard, all-gather it again in "
+                             "backward")
+    _bytes(out["sent_forward"], gather_bytes(job["x"][r].numel() * t, t), f"{at}, forward", "one all-gather")
+
+
+def _judge_gpt(job, out, ref, r, check):
+    from scaletrain.tp import activations, cost
+    from scaletrain.tp.gpt import gpt_shard
+
+    t, sp, cfg = job["t"], job["sp"], job["cfg"]
+    at = f"GPT (t={t}, sequence_parallel={sp}), rank {r}"
+    b, s = job["idx"].shape
+    if check in (C_GPT, C_SP_GPT):
+        _close(out["loss"], ref["loss"].reshape(1), f"{at}: loss")
+        v = cfg["vocab_size"] // t
+        _close(out["logits"], ref["logits"].narrow(-1, r * v, v), f"{at}: this rank's logits")
+        grads = out["grads"]
+        for name, full in ref["grads"].items():
+            if name not in grads:
+                raise AssertionError(f"{at}: no gradient named {name}")
+            _close(grads[name], gpt_shard(name, full, rank=r, world_size=t), f"{at}: gradient of {name}")
+    elif check in (C_GPT_BYTES, C_SP_BYTES):
+        kw = dict(batch_size=b, seq_len=s, hidden=cfg["n_embd"], n_layer=cfg["n_layer"], t=t, sequence_parallel=sp)
+        for phase in ("forward", "backward"):
+            want = cost.gpt_step_bytes(**kw, forward=phase == "forward", backward=phase == "backward")
+            _bytes(out[f"sent_{phase}"], want, f"{at}, {phase}",
+                   "per layer the conjugates of 2 all-gathers and 2 reduce-scatters of b·s·h, and 2 re-gathers "
+                   "in the backward" if sp else "per layer 2 allreduces of b·s·h each way (equation 5)")
+    else:
+        want = cfg["n_layer"] * activations.block_activation_bytes(
+            batch_size=b, seq_len=s, hidden=cfg["n_embd"], n_head=cfg["n_head"], tp=t, sequence_parallel=sp)
+        if out["blocks_saved"] != want:
+            split = ("every activation split t ways" if sp
+                     else "LayerNorm and projection inputs whole, the rest split t ways")
+            raise AssertionError(f"{at}: the blocks saved {out['blocks_saved']} B for backward, the formula "
+                                 f"{want} B ({split})")
+
+
+JUDGES = {"operator": _judge_operator, "layer": _judge_layer, "mlp": _judge_mlp, "loss": _judge_loss,
+          "gather_linear": _judge_gather_linear, "gpt": _judge_gpt}
+
+
+def _rank_failure(jobs: list[dict], per_rank: list) -> Exception | None:
+    """The first failure among `jobs` on any rank, rebuilt for `classify`: a rank's own error before
+    a timeout its peer saw waiting for it (and before a gloo transport error)."""
+    from autograder.untrusted import StudentCrash
+
+    for job in jobs:
+        errors = [out[job["name"]]["error"] for out in per_rank[:job["t"]] if "error" in out.get(job["name"], {})]
+        if not errors:
+            continue
+        own = [e for e in errors if e[0] != "TimeoutError" and "gloo/transport" not in e[1]
+               and "Connection closed" not in e[1]]
+        kind, message = (own or [e for e in errors if e[0] == "TimeoutError"] or errors)[0]
+        known = {"AssertionError": AssertionError, "NotImplementedError": NotImplementedError,
+                 "Flagged": checks.Flagged, "TimeoutError": TimeoutError}
+        return known[kind](message) if kind in known else StudentCrash(f"{kind}: {message}")
+    return None
+
+
+def _wire_job(job: dict) -> dict:
+    """What the probe receives: the inputs, never the parts only this side uses."""
+    return {k: v for k, v in job.items() if k not in ("full", "x_full", "w_full")}
+
+
+def group_ranks(ctx):
+    import torch
+    torch.set_num_threads(1)  # the ranks have the cores
+    need = _jobs(checks.trial_seeds(1, salt=66)[0])
+    jobs = list({j["name"]: j for js in need.values() for j in js}.values())
+    refs = {job["name"]: _reference(job) for job in jobs}  # before any student code runs
+    worker, failure, per_rank = ctx.untrusted(), None, []
+    try:
+        worker.call(PROBE + "load", timeout_s=90)
+        per_rank = worker.call(PROBE + "run_ranks", [_wire_job(j) for j in jobs], WORLD, PG_TIMEOUT_S,
+                               SPAWN_TIMEOUT_S, timeout_s=SPAWN_TIMEOUT_S + 30)
+        if not (isinstance(per_rank, list) and len(per_rank) == WORLD and all(isinstance(o, dict) for o in per_rank)):
+            raise AssertionError(f"the ranks' outputs are malformed: {str(per_rank)[:80]}")
+    except Exception as exc:  # noqa: BLE001 - reported inside every check below
+        failure = exc
+    for name in CHECKS:
+        with ctx.check(name):
+            if failure is not None:
+                raise failure
+            for job in need[name]:  # job by job: a layer's weights are judged before its forward's failure
+                for r in range(job["t"]):
+                    partial = per_rank[r].get(job["name"], {}).get("partial")
+                    if job["kind"] == "layer" and isinstance(partial, dict):
+                        _judge_weights(job, partial, r)
+                problem = _rank_failure([job], per_rank)
+                if problem is not None:
+                    raise problem
+                for r in range(job["t"]):
+                    entry = per_rank[r].get(job["name"], {})
+                    if "ok" not in entry:
+                        raise AssertionError(f"{job['name']}: rank {r} sent no outputs")
+                    try:
+                        JUDGES[job["kind"]](job, entry["ok"], refs[job["name"]], r, name)
+                    except (KeyError, TypeError, IndexError, AttributeError) as exc:
+                        raise AssertionError(f"{job['name']}, rank {r}: the outputs that came back are malformed "
+                                             f"({type(exc).__name__}: {exc})") from None

@@ -1,0 +1,144 @@
+"""`ParallelDims(dp=, pp=, tp=)`: the 3D rank grid of PTD-P and each rank's process groups.
+
+Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using
+Megatron-LM" (PTD-P), §3 and the seminar's §1.2.5: n = d·p·t ranks; tensor parallelism, which
+sends 8·b·s·h·(t-1)/t per layer and waits on it (tp/cost.py), goes on the fastest links, inside a
+node; pipeline parallelism, one b·s·h message per stage boundary and micro-batch, across nodes;
+data parallelism, one allreduce per step, outermost. With ranks numbered node by node, "inside a
+node" means consecutive ranks, so the grid is laid out with TP innermost, then PP, then DP:
+
+    rank = (dp_rank · pp + pp_rank) · tp + tp_rank
+
+For dp = pp = tp = 2 (8 ranks): tp groups {0,1} {2,3} {4,5} {6,7}; pp groups {0,2} {1,3} {4,6}
+{5,7}; dp groups {0,4} {1,5} {2,6} {3,7}. The seed's example (training-speedup lecture, "3D
+Parallelism") has 32 GPUs as 4 TP × 4 PP × 2 DP. torchtitan's `ParallelDims` validates its
+degrees the same way; its mesh is a torch DeviceMesh, ours plain process groups.
+
+    dims = ParallelDims(dp=2, pp=1, tp=2)
+    dims.coords(rank)                 # Coords(dp=.., pp=.., tp=..): pure, no process group needed
+    dims.groups("tp")                 # [[0, 1], [2, 3]]: the rank lists of one axis (pure)
+    mesh = dims.build(timeout_s=60)   # collective: every rank calls it; Mesh with tp_group, ...
+
+`build` works wherever a default process group exists: inside `scaletrain.launch.spawn` or under
+`torchrun` (where `spawn` joins torchrun's rendezvous). Every group gets a timeout, so a rank that
+never arrives ends in an error, not a hang.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from typing import Any
+
+import torch.distributed as dist
+
+__all__ = ["AXES", "ParallelDims", "Coords", "Mesh"]
+
+AXES = ("dp", "pp", "tp")  # outermost to innermost
+
+
+@dataclass(frozen=True, kw_only=True)
+class Coords:
+    """A rank's position on each axis."""
+    dp: int
+    pp: int
+    tp: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelDims:
+    """Degrees of data, pipeline and tensor parallelism; their product is the world size."""
+    dp: int = 1
+    pp: int = 1
+    tp: int = 1
+
+    def __post_init__(self):
+        for axis in AXES:
+            v = getattr(self, axis)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"ParallelDims: {axis} must be a positive int, got {v!r}")
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.pp * self.tp
+
+    def validate(self, world_size: int) -> "ParallelDims":
+        if self.world_size != world_size:
+            raise ValueError(f"ParallelDims: dp·pp·tp = {self.dp}·{self.pp}·{self.tp} = {self.world_size}, "
+                             f"but the world has {world_size} ranks")
+        return self
+
+    def coords(self, rank: int) -> Coords:
+        if not 0 <= rank < self.world_size:
+            raise ValueError(f"ParallelDims: rank {rank} is outside 0..{self.world_size - 1}")
+        return Coords(dp=rank // (self.pp * self.tp), pp=rank // self.tp % self.pp, tp=rank % self.tp)
+
+    def rank_of(self, *, dp: int, pp: int, tp: int) -> int:
+        return (dp * self.pp + pp) * self.tp + tp
+
+    def groups(self, axis: str) -> list[list[int]]:
+        """The rank lists of `axis`: ranks that differ only in their coordinate on it, in its order."""
+        if axis not in AXES:
+            raise ValueError(f"ParallelDims: unknown axis {axis!r}; choose from {AXES}")
+        others = [a for a in AXES if a != axis]
+        seen: dict[tuple[int, int], list[int]] = {}
+        for rank in range(self.world_size):
+            c = self.coords(rank)
+            seen.setdefault(tuple(getattr(c, a) for a in others), []).append(rank)
+        return list(seen.values())
+
+    def build(self, *, timeout_s: float = 300.0) -> "Mesh":
+        """Create every group of every axis (a collective of all ranks: each must call it) and return
+        this rank's `Mesh`."""
+        if not dist.is_initialized():
+            raise RuntimeError("ParallelDims.build needs a process group: run inside scaletrain.launch.spawn "
+                               "or under torchrun")
+        self.validate(dist.get_world_size())
+        rank, timeout = dist.get_rank(), datetime.timedelta(seconds=timeout_s)
+        mine: dict[str, Any] = {}
+        for axis in reversed(AXES):  # same order on every rank: new_group is collective
+            for ranks in self.groups(axis):
+                group = dist.new_group(ranks, timeout=timeout)
+                if rank in ranks:
+                    mine[axis] = (group, ranks)
+        return Mesh(dims=self, rank=rank, coords=self.coords(rank), **{f"{a}_group": mine[a][0] for a in AXES},
+                    **{f"{a}_ranks": tuple(mine[a][1]) for a in AXES})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mesh:
+    """One rank's view of the grid: its coordinates and the process group of each axis."""
+    dims: ParallelDims
+    rank: int
+    coords: Coords
+    dp_group: Any
+    pp_group: Any
+    tp_group: Any
+    dp_ranks: tuple[int, ...]
+    pp_ranks: tuple[int, ...]
+    tp_ranks: tuple[int, ...]
+
+    @property
+    def dp_rank(self) -> int:
+        return self.coords.dp
+
+    @property
+    def pp_rank(self) -> int:
+        return self.coords.pp
+
+    @property
+    def tp_rank(self) -> int:
+        return self.coords.tp
+
+    @property
+    def is_first_stage(self) -> bool:
+        return self.coords.pp == 0
+
+    @property
+    def is_last_stage(self) -> bool:
+        return self.coords.pp == self.dims.pp - 1
+
+    def destroy(self) -> None:
+        """Destroy the groups (the default group is the launcher's to destroy)."""
+        for group in {id(g): g for g in (self.dp_group, self.pp_group, self.tp_group)}.values():
+            dist.destroy_process_group(group)

@@ -1,0 +1,36 @@
+"""Plan a training run at scale: memory and throughput of 3D-parallel layouts, and a search.
+
+    from scaletrain.plan import CLUSTERS, GPT3_175B, Layout, predict, search
+    a100 = CLUSTERS["a100-80gb"]
+    predict(GPT3_175B, a100, Layout(tp=8, pp=16, dp=8, microbatch=1, global_batch=1536)).tflops_per_gpu
+    search(GPT3_175B, a100, gpus=1024, global_batch=1536, top=5)
+
+    python -m scaletrain.plan --model 175B --gpus 1024 --cluster a100-80gb
+
+One idea per file: specs.py (model, cluster, layout), flops.py (eq. 3), efficiency.py (roofline
+of the layer's GEMMs), memory.py, time_model.py, prediction.py, layouts.py (the search),
+published.py (Table 1), calibrate.py (the efficiency fit), clusters.py (presets), local.py (this
+machine, torch), cli.py, demo.py (plots). Pure arithmetic (numpy for the fit) on the course's own pieces:
+`scaletrain.memory` (a0), the α–β model of `scaletrain.comm.cost_model` (a2), the pipeline's
+closed forms (a4). Names load on first use, so importing one file never runs the others.
+"""
+
+import importlib
+
+_LAZY = {
+    "ModelSpec": "specs", "ClusterSpec": "specs", "Layout": "specs", "check_layout": "specs",
+    "GemmEfficiency": "efficiency", "iteration_flops": "flops", "model_flops": "flops",
+    "MemoryEstimate": "memory", "memory_per_gpu": "memory", "in_flight_microbatches": "memory",
+    "StageTimes": "time_model", "TimeBreakdown": "time_model", "stage_times": "time_model",
+    "time_breakdown": "time_model", "Prediction": "prediction", "predict": "prediction",
+    "search": "layouts", "candidate_layouts": "layouts", "CLUSTERS": "clusters",
+    "GPT3_175B": "published", "MODELS": "published", "TABLE1": "published", "PublishedRun": "published",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"scaletrain.plan.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'scaletrain.plan' has no attribute {name!r}")

@@ -1,0 +1,5 @@
+import sys
+
+from scaletrain.plan.cli import main
+
+sys.exit(main())

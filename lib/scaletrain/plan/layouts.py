@@ -1,0 +1,88 @@
+"""`search`: every layout of n GPUs that fits in memory, ranked by predicted throughput (a9 task 9.4).
+
+The space is Narayanan et al. 2021's (§3, "Performance Analysis of Parallelization
+Configurations"): t·p·d = n with t dividing the heads and p·v dividing the layers, a microbatch b
+dividing the B/d sequences of a replica, v chunks per pipeline rank (m a multiple of p when
+v > 1), plus the ZeRO stage, recomputation and sequence parallelism when asked. The paper's
+takeaways (§3.3-3.5) are what the ranking should rediscover, not rules coded into it: tensor
+parallelism up to the GPUs of a node, pipeline parallelism across nodes for models that do not
+fit, data parallelism for the rest; the microbatch that balances GEMM efficiency against the
+bubble; interleaving where the batch is small. Notebook 09, section 6, shows that it does.
+"""
+
+from __future__ import annotations
+
+from itertools import product
+from typing import Callable, Iterable
+
+from scaletrain.plan.prediction import Prediction, predict
+from scaletrain.plan.specs import ClusterSpec, Layout, ModelSpec, check_layout
+
+__all__ = ["divisors", "candidate_layouts", "search", "MICROBATCHES"]
+
+MICROBATCHES = (1, 2, 4, 8, 16)  # the sizes the paper sweeps (§5.7, Figure 16)
+
+
+def divisors(n: int) -> list[int]:
+    """The positive divisors of n, ascending."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"divisors: n must be a positive int, got {n!r}")
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def candidate_layouts(model: ModelSpec, cluster: ClusterSpec, gpus: int, global_batch: int, *,
+                      microbatches: Iterable[int] = MICROBATCHES, interleaves: Iterable[int] | None = None,
+                      zero: Iterable[int] = (0,), recompute: Iterable[str] = ("full",),
+                      sequence_parallel: Iterable[bool] = (False,), overlap_dp: bool = True) -> list[Layout]:
+    """Every layout of `gpus` GPUs that can run `model` at `global_batch` (fitting or not).
+
+    t over the divisors of `gpus`, p over the divisors of gpus/t, d = gpus/(t·p); b over
+    `microbatches`, v over `interleaves` (default: every divisor of l/p); the combinations that
+    `Layout` or `check_layout` reject (b·d not dividing B, t not dividing the heads, p·v not
+    dividing the layers, m not a multiple of p for v > 1) are left out. ValueError if none is left.
+    """
+    for name, value in (("gpus", gpus), ("global_batch", global_batch)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"candidate_layouts: {name} must be a positive int, got {value!r}")
+    microbatches, zero, recompute = tuple(microbatches), tuple(zero), tuple(recompute)
+    sequence_parallel = tuple(sequence_parallel)
+    interleaves = None if interleaves is None else tuple(interleaves)
+    # BEGIN SOLUTION
+    found = []
+    for tp in divisors(gpus):
+        for pp in divisors(gpus // tp):
+            dp = gpus // (tp * pp)
+            vs = interleaves or (divisors(model.layers // pp) if model.layers % pp == 0 else (1,))
+            for b, v, z, rc, sp in product(microbatches, vs, zero, recompute, sequence_parallel):
+                if global_batch % (b * dp) or (v > 1 and (pp == 1 or global_batch // (b * dp) % pp)):
+                    continue
+                layout = Layout(tp=tp, pp=pp, dp=dp, microbatch=b, global_batch=global_batch, interleave=v,
+                                zero=z, recompute=rc, sequence_parallel=sp, overlap_dp=overlap_dp)
+                try:
+                    check_layout(model, layout, gpus=gpus)
+                except ValueError:
+                    continue
+                found.append(layout)
+    # END SOLUTION
+    if not found:
+        raise ValueError(f"no layout of {gpus} GPUs can run {model.name or 'the model'} (heads={model.heads}, "
+                         f"layers={model.layers}) at global_batch={global_batch} with microbatches "
+                         f"{sorted(set(microbatches))}: check that the batch divides among the replicas")
+    return found
+
+
+def search(model: ModelSpec, cluster: ClusterSpec, gpus: int, global_batch: int, *,
+           predict_fn: Callable[[ModelSpec, ClusterSpec, Layout], Prediction] = predict,
+           top: int | None = None, **space) -> list[Prediction]:
+    """The predictions of every candidate layout (`candidate_layouts(..., **space)`) that fits in
+    the cluster's memory, fastest first: ascending `iteration_s`, ties broken by less memory.
+    `top` keeps the first `top`. An empty list means nothing fits. `predict_fn` is `predict`
+    unless you compare models (the grader hands in its own)."""
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
+        raise ValueError(f"search: top must be a positive int or None, got {top!r}")
+    layouts = candidate_layouts(model, cluster, gpus, global_batch, **space)
+    # BEGIN SOLUTION
+    fitting = [pred for pred in (predict_fn(model, cluster, layout) for layout in layouts) if pred.fits]
+    fitting.sort(key=lambda pred: (pred.iteration_s, pred.memory_per_gpu_bytes))
+    return fitting if top is None else fitting[:top]
+    # END SOLUTION

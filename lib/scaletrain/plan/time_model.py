@@ -1,0 +1,176 @@
+"""Time of one training iteration of a 3D-parallel run, term by term (a9 tasks 9.2 and 9.3).
+
+One pipeline rank's work per (chunk, microbatch) pair, on the slowest stage (the last one: its
+layers plus the logit layer; a stage is charged as the slowest, since the steady state runs at
+its pace):
+
+  compute      FLOPs of `scaletrain.plan.flops` / t, at peak × the cluster's efficiency of the
+               layer's GEMM shapes (b·s, h, h/t, s, h/a; `efficiency.py`), the logit layer too;
+               forward 1 pass, backward 2, full recomputation 1 more forward;
+  TP comm      per layer, an allreduce of the b·s·h 16-bit activations for each of attention and
+               MLP, in the forward, the backward and the recomputed forward: 4 allreduces
+               (6 with full recompute) over t ranks, ring α–β (`scaletrain.comm.cost_model`), on
+               NVLink or, when t exceeds a node, InfiniBand (seminar notes §1.2.5.1, eq. 5:
+               8·b·s·h·(t-1)/t bytes per layer per pass pair);
+  PP message   each forward sends its output and each backward its input gradient to a
+               neighbour, 2·b·s·h bytes; split t ways (Megatron's scatter/gather, Narayanan et
+               al. 2021, §4.1). Megatron's 2021 send/recv block the rank, so a message is part of
+               the action that sends it.
+
+Over the iteration, with m microbatches, v chunks, p stages:
+
+  work         compute + TP comm + PP messages, summed over the rank's m·v pairs
+  bubble       work × f / (1 - f), f = `scaletrain.pipeline.closed_form_bubble` (1F1B or
+               interleaved): (p - 1)/(v·m) of the work, the seminar's PBS divided by v
+  DP comm      gradient allreduce of the rank's 2-byte gradients over d (ZeRO 1-2: reduce-scatter
+               + all-gather, the same ring volume); ZeRO-3: the 16-bit weights all-gathered for
+               every forward pass and backward and the gradients reduce-scattered, per microbatch
+  overlap      with overlap_dp, the reduction hides behind the last microbatch's backward (buckets,
+               module 3); ZeRO-3's gathers prefetch behind all of the compute
+  optimizer    Adam reads and writes ~28 B per parameter it owns, at HBM bandwidth
+
+iteration_s = work + bubble + DP comm - overlap + optimizer. `simulate` on the schedule with the
+per-pair times of `stage_times` gives the same makespan (the public test of task 9.3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scaletrain.comm.cost_model import predict as ring_seconds
+from scaletrain.pipeline import closed_form_bubble
+from scaletrain.plan.flops import attention_core_forward_flops, layer_forward_flops, layer_gemms, logit_forward_flops
+from scaletrain.plan.memory import params_on_first_rank
+from scaletrain.plan.specs import ClusterSpec, Layout, ModelSpec, check_layout
+
+__all__ = ["StageTimes", "TimeBreakdown", "stage_times", "time_breakdown", "OPTIMIZER_BYTES_PER_PARAM"]
+
+# mixed-precision Adam per parameter: read fp32 master, m, v and the 16-bit gradient (14 B), write
+# master, m, v and the 16-bit weight (14 B)
+OPTIMIZER_BYTES_PER_PARAM = 28
+ACT_BYTES = 2  # 16-bit activations and gradients on the wire
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageTimes:
+    """Seconds one (chunk, microbatch) pair costs the slowest pipeline rank."""
+    forward_s: float      # forward compute (1 pass)
+    backward_s: float     # backward compute (2 passes) plus the recomputed forward
+    tp_forward_s: float   # tensor-parallel allreduces inside the forward
+    tp_backward_s: float  # ... inside the backward and the recomputation
+    message_s: float      # one pipeline message (0 without a pipeline)
+
+    @property
+    def forward_action_s(self) -> float:
+        """An F action as the simulator sees it: compute, its allreduces, its send."""
+        return self.forward_s + self.tp_forward_s + self.message_s
+
+    @property
+    def backward_action_s(self) -> float:
+        return self.backward_s + self.tp_backward_s + self.message_s
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimeBreakdown:
+    """Seconds of one iteration, by what the slowest pipeline rank spends them on."""
+    compute_s: float
+    tp_comm_s: float
+    pp_comm_s: float
+    bubble_s: float
+    dp_comm_s: float      # the whole reduction (or ZeRO-3's gathers)
+    dp_overlap_s: float   # the part of it hidden behind compute
+    optimizer_s: float
+
+    @property
+    def iteration_s(self) -> float:
+        return (self.compute_s + self.tp_comm_s + self.pp_comm_s + self.bubble_s
+                + self.dp_comm_s - self.dp_overlap_s + self.optimizer_s)
+
+
+def _link(cluster: ClusterSpec, crosses_node: bool):
+    return cluster.inter if crosses_node else cluster.intra
+
+
+def stage_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> StageTimes:
+    """Per-pair seconds of the slowest stage: its L = l/(p·v) layers and, as the last stage, the
+    logit layer once per microbatch, spread over the rank's v chunks. With `flops.py`'s
+    F = layer_forward_flops(b), G = logit_forward_flops(b) and the rank's rate (given below):
+
+        forward_s      (L·F + G/v) / t / rate
+        backward_s     (L·(2F + R) + 2G/v) / t / rate,   R = F (full), the attention core's
+                       attention_core_forward_flops(b) (selective), 0 (none)
+        tp_forward_s   2·L·A,  A = one ring allreduce (`ring_seconds(link, "ring", t, 2·b·s·h)`) on
+                       the inter-node link when layout.tp_crosses_node(cluster), else intra; 0 if t = 1
+        tp_backward_s  2·L·A, or 4·L·A under full recomputation (its forward's allreduces again)
+        message_s      α + (2·b·s·h / t)·β of the inter-node link when layout.pp_crosses_node(cluster),
+                       else intra; 0 without a pipeline (p = 1)
+    """
+    check_layout(model, layout)
+    b, s, h, t = layout.microbatch, model.seq, model.hidden, layout.tp
+    layers = model.layers // (layout.pp * layout.interleave)
+    rate = cluster.peak_flops * cluster.efficiency(layer_gemms(model, b, t))  # FLOP/s of this rank's layers
+    # BEGIN SOLUTION
+    layer, logit = layer_forward_flops(model, b), logit_forward_flops(model, b)
+    recompute = {"full": layer, "selective": attention_core_forward_flops(model, b), "none": 0.0}[layout.recompute]
+    logit /= layout.interleave
+    forward = (layers * layer + logit) / t / rate
+    backward = (layers * (2 * layer + recompute) + 2 * logit) / t / rate
+    tp_link = _link(cluster, layout.tp_crosses_node(cluster))
+    allreduce = ring_seconds(tp_link, "ring", t, ACT_BYTES * b * s * h) if t > 1 else 0.0
+    passes_in_backward = 2 + (2 if layout.recompute == "full" else 0)
+    message = 0.0
+    if layout.pp > 1:
+        link = _link(cluster, layout.pp_crosses_node(cluster))
+        message = link.alpha_s + ACT_BYTES * b * s * h / t * link.beta_s_per_byte
+    return StageTimes(forward_s=forward, backward_s=backward, tp_forward_s=2 * layers * allreduce,
+                      tp_backward_s=passes_in_backward * layers * allreduce, message_s=message)
+    # END SOLUTION
+
+
+def time_breakdown(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> TimeBreakdown:
+    """Seconds of one iteration of `layout`, from `stage_times` (st) and m·v pairs per rank:
+
+        compute_s     m·v·(st.forward_s + st.backward_s)
+        tp_comm_s     m·v·(st.tp_forward_s + st.tp_backward_s)
+        pp_comm_s     m·v·2·st.message_s
+        bubble_s      (compute + TP + PP)·f/(1 - f), f = closed_form_bubble(layout.schedule, p, m, v)
+                      for p > 1, else 0
+        dp_comm_s     0 if d = 1; ZeRO-3: m·(g + 1)·R/2 with g = 3 gathers under full recompute, else
+                      2 (an all-gather or reduce-scatter is half a ring allreduce); otherwise R;
+                      R = ring_seconds(link, "ring", d, 2·Ψ_rank) on the DP link (inter-node when
+                      layout.dp_crosses_node(cluster)), Ψ_rank = params_on_first_rank
+        dp_overlap_s  0 without overlap_dp; ZeRO-3: min(dp_comm, compute); otherwise
+                      min(dp_comm, v·st.backward_s) (the last microbatch's backward on every chunk)
+        optimizer_s   OPTIMIZER_BYTES_PER_PARAM·owned / hbm_bandwidth, owned = ⌈Ψ_rank/d⌉ for
+                      ZeRO >= 1, else Ψ_rank
+    """
+    st = stage_times(model, cluster, layout)
+    p, m, v, d = layout.pp, layout.num_microbatches, layout.interleave, layout.dp
+    pairs = m * v
+    psi = params_on_first_rank(model, layout)
+    dp_link = _link(cluster, layout.dp_crosses_node(cluster))
+    # BEGIN SOLUTION
+    compute = pairs * (st.forward_s + st.backward_s)
+    tp_comm = pairs * (st.tp_forward_s + st.tp_backward_s)
+    pp_comm = pairs * 2 * st.message_s
+    f = closed_form_bubble(layout.schedule, p, m, v) if p > 1 else 0.0
+    bubble = (compute + tp_comm + pp_comm) * f / (1 - f)
+    grads = ACT_BYTES * psi
+    if d == 1:
+        dp_comm = 0.0
+    elif layout.zero == 3:  # per microbatch: a gather per forward pass and one in the backward, a reduce-scatter
+        gathers = 3 if layout.recompute == "full" else 2
+        dp_comm = m * (gathers + 1) * ring_seconds(dp_link, "ring", d, grads) / 2
+    else:
+        dp_comm = ring_seconds(dp_link, "ring", d, grads)
+    if not layout.overlap_dp:
+        overlap = 0.0
+    elif layout.zero == 3:
+        overlap = min(dp_comm, compute)
+    else:  # buckets fill during the last microbatch's backward on every chunk of the rank
+        overlap = min(dp_comm, v * st.backward_s)
+    owned = -(-psi // d) if layout.zero >= 1 else psi
+    optimizer = OPTIMIZER_BYTES_PER_PARAM * owned / cluster.hbm_bandwidth
+    return TimeBreakdown(compute_s=compute, tp_comm_s=tp_comm, pp_comm_s=pp_comm, bubble_s=bubble,
+                         dp_comm_s=dp_comm, dp_overlap_s=overlap, optimizer_s=optimizer)
+    # END SOLUTION
