@@ -29,3 +29,40 @@ def report_forger(check_names) -> str:
             f"{writes}"
             "                    except OSError:\n"
             "                        pass\n")
+
+
+def function_attacks(*, checks, module: str, source: str, call: str, keys=("want", "expected", "ref"),
+                     wrong: str = "    return -1") -> dict[str, tuple[str, str]]:
+    """name -> (function body, the outcome it must get) of the catalogue's attacks, each in place
+    of the body of a function whose honest answer is the reference's `call` (e.g.
+    "gpt_num_params(hidden=hidden)"): forged report lines (and at exit), a patched `classify`, the
+    expected value read out of the caller's frames, the reference module `module` imported by a
+    name built at run time, and the reference file `source` read from the grader's disk. Each
+    answers `wrong` when it finds nothing; the trusted split leaves nothing to find, and nothing
+    of the reference to import (the grading build's module runs the submission itself: the call
+    recurses) or to read (`error`)."""
+    name, args = call.split("(", 1)
+    cut = len(module) - 3
+    return {
+        "forges 'passed' lines in every report it can find (and at exit)": (
+            report_forger(checks) + "    forge(); atexit.register(forge)\n" + wrong, "failed"),
+        "patches the grader's classify through sys.modules": (
+            f"    ctx = {IMPORTER}('autograder.context', fromlist=['x'])\n"
+            "    ctx.classify = lambda exc, submission: ('passed', '')\n" + wrong, "failed"),
+        "reads the expected value out of the caller's frames": (
+            "    try:\n        raise ZeroDivisionError\n    except ZeroDivisionError as e:\n"
+            "        frame = e.__traceback__.tb_frame\n"
+            "    while frame is not None:\n"
+            f"        for key in {tuple(keys)!r}:\n"
+            "            if isinstance(frame.f_locals.get(key), int):\n"
+            "                return frame.f_locals[key]\n"
+            "        frame = frame.f_back\n" + wrong, "failed"),
+        "imports the reference by a name built at run time": (
+            f"    ref = {IMPORTER}({module[:cut]!r} + {module[cut:]!r}, fromlist=['x'])\n"
+            f"    return ref.{call}", "error"),
+        "reads the reference from the grader's disk": (
+            f"    code = open({source!r}).read()\n"
+            "    scope = {'__name__': 'stolen'}\n"
+            f"    {IMPORTER}('builtins').exec(code, scope)\n"
+            f"    return scope[{name!r}]({args}", "error"),
+    }

@@ -28,12 +28,12 @@ value: the reference run, the layout and the formulas exist only on the trusted 
 
 from __future__ import annotations
 
-import contextlib
 import re
 import sys
 import types
 
 from autograder.checks import forbid_calls, student_module, submission_dir
+from autograder.probes.common import SentBytes, install_send_counter
 from autograder.wire import short
 
 TORCH_COLLECTIVES = ("torch.distributed.all_reduce", "torch.distributed.all_gather",
@@ -119,38 +119,6 @@ def shard_views(stem: str, cases: list) -> list:
 
 # ---------------------------------------------------------------- what the ranks run
 
-class _Sent:
-    """Bytes of the tensors handed to torch.distributed.isend / send in this rank."""
-
-    def __init__(self):
-        self.total = 0
-
-    @contextlib.contextmanager
-    def phase(self):
-        box = types.SimpleNamespace(start=self.total, bytes=0)
-        try:
-            yield box
-        finally:
-            box.bytes = self.total - box.start
-
-
-def _install_send_counter() -> _Sent:
-    import torch.distributed as dist
-
-    sent = _Sent()
-    for name in ("isend", "send"):
-        original = getattr(dist, name)
-
-        def wrapper(tensor, *args, __original=original, **kwargs):
-            sent.total += tensor.numel() * tensor.element_size()
-            return __original(tensor, *args, **kwargs)
-
-        wrapper.__name__ = wrapper.__qualname__ = name
-        wrapper.__doc__ = original.__doc__
-        setattr(dist, name, wrapper)
-    return sent
-
-
 _LEAVES = (str, bytes, int, float, complex, bool, type(None), type, types.ModuleType, types.FunctionType,
            types.BuiltinFunctionType, types.MethodType, types.BuiltinMethodType, property, staticmethod,
            classmethod, range, slice)
@@ -216,7 +184,7 @@ class _Meter:
     """What this rank holds: storages reachable from the model, the optimizer and the engine (and
     the student module's globals), and the parameters' own storages and gradients."""
 
-    def __init__(self, engine, model, sent: _Sent):
+    def __init__(self, engine, model, sent: SentBytes):
         self.engine, self.model, self.sent = engine, model, sent
         self.trainable = [p for p in model.parameters() if p.requires_grad]
         self.backward_start = 0
@@ -267,7 +235,7 @@ def _snapshot(t):
     return t.detach().clone().as_subclass(torch.Tensor)
 
 
-def _train(zm, job: dict, group, sent: _Sent) -> dict:
+def _train(zm, job: dict, group, sent: SentBytes) -> dict:
     import torch
     import torch.distributed as dist
     from scaletrain.zero.verify import micro_batch_loss
@@ -329,7 +297,7 @@ def _reports(engine) -> dict:
     return out
 
 
-def _unshard(zm, job: dict, group, sent: _Sent) -> list:
+def _unshard(zm, job: dict, group, sent: SentBytes) -> list:
     import torch
     import torch.distributed as dist
 
@@ -367,7 +335,7 @@ def _rank(rank: int, world_size: int, stem: str, jobs: list, pg_timeout_s: float
 
     import torch.distributed as dist
 
-    sent = _install_send_counter()  # before the student's file binds any name of torch.distributed
+    sent = install_send_counter()  # before the student's file binds any name of torch.distributed
     zm = student_module(stem)
     timeout = datetime.timedelta(seconds=pg_timeout_s)
     groups = {world_size: dist.new_group(list(range(world_size)), timeout=timeout),

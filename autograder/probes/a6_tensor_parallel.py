@@ -25,6 +25,7 @@ import contextlib
 import re
 
 from autograder.checks import Flagged, forbid_calls, student_module, submission_dir
+from autograder.probes.common import install_send_counter
 from autograder.wire import short
 
 STEMS = ("tp_operators", "tp_layers", "tp_cross_entropy", "tp_sequence")
@@ -35,32 +36,6 @@ FORBIDDEN_AT_RUN_TIME = ("torch.distributed.all_reduce", "torch.distributed.all_
                          "torch.distributed.reduce_scatter_single", "torch.distributed.broadcast",
                          "torch.distributed.tensor.parallel.parallelize_module",
                          "torch.distributed.tensor.distribute_tensor")
-
-
-class _Sent:
-    """Bytes of the tensors handed to torch.distributed.isend / send on this rank."""
-
-    def __init__(self):
-        self.total = 0
-
-    def since(self, mark: int) -> int:
-        return self.total - mark
-
-
-def _install_send_counter() -> _Sent:
-    import torch.distributed as dist
-
-    sent = _Sent()
-    for name in ("isend", "send"):
-        original = getattr(dist, name)
-
-        def wrapper(tensor, *args, __original=original, **kwargs):
-            sent.total += tensor.numel() * tensor.element_size()
-            return __original(tensor, *args, **kwargs)
-
-        wrapper.__name__ = wrapper.__qualname__ = name
-        setattr(dist, name, wrapper)
-    return sent
 
 
 def _out(t):
@@ -278,7 +253,7 @@ def _rank(rank: int, world_size: int, jobs: list, pg_timeout_s: float) -> dict:
     import torch
     import torch.distributed as dist
 
-    sent = _install_send_counter()  # before the student's files bind any name of torch.distributed
+    sent = install_send_counter()  # before the student's files bind any name of torch.distributed
     mods = {stem: student_module(stem) for stem in STEMS}
     guarded = tuple(mods.values()) + tuple(importlib.import_module(name) for name in LIBRARY)
     timeout = datetime.timedelta(seconds=pg_timeout_s)

@@ -48,23 +48,14 @@ def train_fp16(stem: str, config: dict, settings: dict, steps: int, poison: list
     scaler = student_module(stem).DynamicLossScaler(**settings)   # first: it fixes the submission folder
     import torch
 
-    from scaletrain.models import GPT, GPTConfig, make_batch
-    from scaletrain.precision.master import MixedPrecision
+    from scaletrain.models import GPT, GPTConfig
+    from scaletrain.precision.master import MixedPrecision, train_with_overflows
 
     torch.set_num_threads(1)   # the trusted side's reference runs single-threaded too: same sums
     cfg = GPTConfig(**config)
     mp = MixedPrecision(GPT(cfg, seed=seed), torch.optim.SGD, dtype=torch.float16, lr=0.05)
     mp.scaler = scaler
-    params, scales = [], []
-    for step in range(steps):
-        idx, tgt = make_batch(cfg, 2, seed=seed + step)
-        mp.backward(mp.model(idx, tgt)[1])
-        if step in poison:
-            mp.params[0].grad.view(-1)[0] = float("inf")
-        mp.step()
-        params.append([p.detach().clone() for p in mp.params])
-        scales.append(float(mp.scaler.scale))
-    return {"params": params, "scales": scales, "skipped": list(mp.skipped_steps)}
+    return train_with_overflows(mp, cfg, steps=steps, poison=poison, seed=seed)
 
 
 # ---------------------------------------------------------------- task 7.2 (specs shared with the trusted side)

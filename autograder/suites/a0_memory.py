@@ -19,7 +19,7 @@ import contextlib
 import random
 
 from autograder import checks
-from autograder.attacks import IMPORTER, report_forger
+from autograder.attacks import function_attacks
 from autograder.manifest import REPO, Check, Group, Manifest, Planted, Task
 from scaletrain.testing import assert_close
 
@@ -33,38 +33,12 @@ def _attacks() -> tuple[Planted, ...]:
     """Attacks on the grader itself, each in place of task 0.1's answer (issue 13's catalogue).
     The static check forbids importlib, sys, inspect, builtins..., so each reaches for what it
     wants the way the static check cannot see; the trusted split must leave it nothing to earn."""
-    attacks = {
-        "forges 'passed' lines in every report it can find (and at exit)": (
-            report_forger([C_PARAMS]) +
-            "    forge(); atexit.register(forge)\n"
-            "    return -1"),
-        "patches the grader's classify through sys.modules": (
-            f"    ctx = {IMPORTER}('autograder.context')\n"
-            "    ctx.classify = lambda exc, submission: ('passed', '')\n"
-            "    return -1"),
-        "reads the expected value out of the caller's frames": (
-            "    try:\n        raise ZeroDivisionError\n    except ZeroDivisionError as e:\n"
-            "        frame = e.__traceback__.tb_frame\n"
-            "    while frame is not None:\n"
-            "        for key in ('want', 'expected', 'ref'):\n"
-            "            if isinstance(frame.f_locals.get(key), int):\n"
-            "                return frame.f_locals[key]\n"
-            "        frame = frame.f_back\n"
-            "    return -1"),
-        "imports the reference by a name built at run time": (
-            f"    ref = {IMPORTER}('scaletrain.mem' + 'ory', fromlist=['x'])\n"
-            "    return ref.gpt_num_params(vocab_size=vocab_size, block_size=block_size, n_layer=n_layer, "
-            "hidden=hidden, tied_embeddings=tied_embeddings)"),
-        "reads the reference from the grader's disk": (
-            f"    code = open({str(REPO / SRC)!r}).read()\n"
-            "    scope = {'__name__': 'stolen'}\n"
-            f"    {IMPORTER}('builtins').exec(code, scope)\n"
-            "    return scope['gpt_num_params'](vocab_size=vocab_size, block_size=block_size, n_layer=n_layer, "
-            "hidden=hidden, tied_embeddings=tied_embeddings)"),
-    }
-    return tuple(Planted(name, F, (_RETURN, body), groups=("formulas",),
-                         expect={C_PARAMS: "error" if "reference" in name else "failed"})
-                 for name, body in attacks.items())
+    attacks = function_attacks(
+        checks=[C_PARAMS], module="scaletrain.memory", source=str(REPO / SRC),
+        call="gpt_num_params(vocab_size=vocab_size, block_size=block_size, n_layer=n_layer, hidden=hidden, "
+             "tied_embeddings=tied_embeddings)")
+    return tuple(Planted(name, F, (_RETURN, body), groups=("formulas",), expect={C_PARAMS: outcome})
+                 for name, (body, outcome) in attacks.items())
 
 
 MANIFEST = Manifest(

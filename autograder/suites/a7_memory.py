@@ -212,22 +212,13 @@ FP16_SETTINGS = dict(init_scale=2.0**20, growth_interval=3)
 def _reference_fp16(steps: int, poison: list[int], seed: int) -> dict:
     import torch
 
-    from scaletrain.models import GPT, GPTConfig, make_batch
-    from scaletrain.precision.master import MixedPrecision
+    from scaletrain.models import GPT, GPTConfig
+    from scaletrain.precision.master import MixedPrecision, train_with_overflows
 
     torch.set_num_threads(1)   # the probe too: the same summation order, bitwise the same parameters
     cfg = GPTConfig(**FP16_CONFIG)
     mp = MixedPrecision(GPT(cfg, seed=seed), torch.optim.SGD, dtype=torch.float16, lr=0.05, scaler=FP16_SETTINGS)
-    params, scales = [], []
-    for step in range(steps):
-        idx, tgt = make_batch(cfg, 2, seed=seed + step)
-        mp.backward(mp.model(idx, tgt)[1])
-        if step in poison:
-            mp.params[0].grad.view(-1)[0] = float("inf")
-        mp.step()
-        params.append([p.detach().clone() for p in mp.params])
-        scales.append(mp.scaler.scale)
-    return {"params": params, "scales": scales, "skipped": list(mp.skipped_steps)}
+    return train_with_overflows(mp, cfg, steps=steps, poison=poison, seed=seed)
 
 
 def _start_worker(ctx) -> None:

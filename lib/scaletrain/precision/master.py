@@ -94,3 +94,23 @@ class MixedPrecision:
     def _master_to_model(self) -> None:
         for m, p in zip(self.master, self.params):
             p.copy_(m)                       # round-to-nearest into the 16-bit weight
+
+
+def train_with_overflows(mp: "MixedPrecision", cfg, *, steps: int, poison, seed: int) -> dict:
+    """`steps` SGD steps of `mp` on the tiny GPT's batches (`make_batch(cfg, 2, seed + step)`),
+    an inf planted in the first gradient at each step in `poison`: the parameters and the loss
+    scale after each step, and the steps skipped. What the a7 grader runs on both sides (the
+    reference's scaler here, the student's in the worker), so the two runs differ only there."""
+    from scaletrain.models import make_batch
+
+    params, scales = [], []
+    for step in range(steps):
+        idx, tgt = make_batch(cfg, 2, seed=seed + step)
+        mp.backward(mp.model(idx, tgt)[1])
+        if step in poison:
+            mp.params[0].grad.view(-1)[0] = float("inf")
+        mp.step()
+        params.append([q.detach().clone() for q in mp.params])
+        scales.append(float(mp.scaler.scale))
+    return {"params": params, "scales": scales, "skipped": list(mp.skipped_steps)}
+
