@@ -15,13 +15,16 @@ IMPORTER = ("(getattr(__builtins__, '__imp' + 'ort__') if hasattr(__builtins__, 
 
 def report_forger(check_names) -> str:
     """Lines of a function body (4-space indent) that define `forge()`: append a 'passed' line
-    for each check to every .jsonl report it can open under /tmp. The caller decides when to call
+    for each check to every .jsonl report it can open under /tmp (six levels deep, hidden
+    folders such as a .venv skipped: a grader's reports lie a few levels down, and a full walk of
+    a busy machine's /tmp outlasts a group's time limit). The caller decides when to call
     it (and whether to register it with atexit, which the first line imports)."""
     writes = "".join(f"                            f.write(json.dumps({{'name': {name!r}, 'outcome': 'passed', "
                      "'reason': '', 'duration': 0.1}) + '\\n')\n" for name in check_names)
     return ("    import os, json, atexit\n"
             "    def forge():\n"
-            "        for top, _, names in os.walk('/tmp'):\n"
+            "        for top, dirs, names in os.walk('/tmp'):\n"
+            "            dirs[:] = [d for d in dirs if not d.startswith('.') and top.count('/') < 6]\n"
             "            for n in names:\n"
             "                if n.endswith('.jsonl'):\n"
             "                    try:\n"

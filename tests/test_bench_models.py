@@ -26,6 +26,20 @@ def test_compare_alternates_and_uses_fresh_inputs():
     assert len(made) == 10  # one fresh input per call, warm-up included
 
 
+def test_compare_many_shares_one_baseline_and_its_row_reads_one():
+    calls = []
+    fns = {name: (lambda name: lambda: calls.append(name))(name) for name in ("a", "b", "base")}
+    cmps = bench.compare_many(fns, "base", warmup=1, reps=6)
+    assert calls[:3] == ["a", "b", "base"] and len(calls) == 3 + 3 * 6
+    for rep in range(6):  # every rep runs each function once, in a rotating order
+        assert sorted(calls[3 + 3 * rep: 6 + 3 * rep]) == ["a", "b", "base"]
+    assert {calls[3 + 3 * rep] for rep in range(6)} == {"a", "b", "base"}
+    assert cmps["a"].baseline is cmps["b"].baseline is cmps["base"].baseline  # one measurement
+    assert cmps["base"].ratios == (1.0,) * 6 and cmps["base"].ratio == 1.0
+    with pytest.raises(ValueError, match="not among"):
+        bench.compare_many(fns, "torch")
+
+
 def test_busbw_factors_and_errors():
     assert bench.busbw(1.0, 4, "allreduce") == 1.5
     assert bench.busbw(1.0, 4, "all_gather") == 0.75

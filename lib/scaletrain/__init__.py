@@ -5,3 +5,10 @@ that `import scaletrain.comm` does not pay for the kernels or the pipeline.
 """
 
 __version__ = "0.1.0"
+
+import os as _os
+
+if _os.environ.get("SCALETRAIN_STUDENT_FILES"):  # a notebook chose student code (student_code.implementation):
+    from scaletrain.student_code import install_finder as _install  # ranks it spawns import it too
+
+    _install()

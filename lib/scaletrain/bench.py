@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-__all__ = ["Timing", "Comparison", "quantile", "time_fn", "compare", "gbps", "busbw", "BUSBW_FACTOR",
+__all__ = ["Timing", "Comparison", "quantile", "time_fn", "compare", "compare_many", "gbps", "busbw", "BUSBW_FACTOR",
            "format_table", "out_dir", "save_figure", "world_sizes", "BENCHMARKS", "DISTRIBUTED", "main"]
 
 
@@ -145,6 +145,34 @@ def compare(candidate: Callable[..., Any], baseline: Callable[..., Any] | None, 
     return Comparison(timings[0], timings[-1])
 
 
+def compare_many(candidates: dict[str, Callable[..., Any]], baseline: str, *,
+                 setup: Callable[[], tuple] | None = None, warmup: int = 3, reps: int = 10,
+                 device: str = "cpu", group: Any = None) -> dict[str, Comparison]:
+    """Time every function of `candidates` round-robin (one call of each per rep, the order
+    rotating from rep to rep) and compare each with the one named `baseline`, which is one of them.
+
+    Every row of a table built from the result uses the *same* baseline measurement, and the
+    baseline's own row reads exactly 1.00 (its samples divided by themselves). With `group`, all ranks
+    call it together; times are the slowest rank's.
+    """
+    if baseline not in candidates:
+        raise ValueError(f"baseline {baseline!r} is not among the candidates {list(candidates)}")
+    clock = _Clock(device, group)
+    names = list(candidates)
+    make = setup or (lambda: ())
+    for _ in range(warmup):
+        for name in names:
+            candidates[name](*make())
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for rep in range(reps):
+        shift = rep % len(names)
+        order = names[shift:] + names[:shift]
+        for name in (order if rep % 2 == 0 else order[::-1]):
+            times[name].append(clock(candidates[name], make()))
+    timings = {name: Timing(tuple(_slowest_rank(t, group))) for name, t in times.items()}
+    return {name: Comparison(timings[name], timings[baseline]) for name in names}
+
+
 def gbps(nbytes: float, seconds: float) -> float:
     return nbytes / seconds / 1e9
 
@@ -234,8 +262,9 @@ BENCHMARKS = {
     "zero": "scaletrain.zero.benchmark",
     "tp": "scaletrain.tp.benchmark",
     "memory": "scaletrain.checkpointing.benchmark",
+    "compression": "scaletrain.compression.benchmark",
 }
-DISTRIBUTED = ("allreduce", "ddp", "pipeline", "zero", "tp")  # spawn ranks: what `all` runs under torchrun
+DISTRIBUTED = ("allreduce", "ddp", "pipeline", "zero", "tp", "compression")  # spawn ranks: what `all` runs under torchrun
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -231,8 +231,8 @@ def plot(rows: list[dict[str, Any]], name: str):
 
     models = list(dict.fromkeys(r["model"] for r in rows))
     fig, axes = plt.subplots(1, len(models), figsize=(7 * len(models), 4.5), squeeze=False)
-    for ax, name in zip(axes[0], models):
-        mine = [r for r in rows if r["model"] == name]
+    for ax, model in zip(axes[0], models):  # not `name`: that is the file to write
+        mine = [r for r in rows if r["model"] == model]
         xs = range(len(mine))
         ax.bar([x - 0.2 for x in xs], [r["peak MB ours"] for r in mine], 0.4, label="measured (ours)")
         ax.bar([x + 0.2 for x in xs], [r["peak MB plan"] for r in mine], 0.4, label="plan's prediction")
@@ -241,7 +241,7 @@ def plot(rows: list[dict[str, Any]], name: str):
         ax.set_xticks(list(xs), [r["variant"] for r in mine], rotation=35, ha="right")
         ax.set_ylabel("peak saved MB")
         ax2.set_ylabel("ms per step (forward + backward)")
-        ax.set_title(name)
+        ax.set_title(model)
         ax.legend(loc="upper right")
     fig.tight_layout()
     return bench.save_figure(fig, name, dpi=110)
@@ -265,12 +265,14 @@ def main(argv: list[str]) -> int:
     exact = all(r["_exact"] for r in rows)
     print(f"\npeak MB: saved-for-backward bytes measured by track_saved_tensors (ours, torch's reentrant "
           f"checkpoint) and predicted by the plan; all three equal: {exact}. ratio: ours / torch's step time "
-          f"(median of per-rep ratios, same run, same plan); recompute %: the plan's extra forward time / "
+          f"(median of per-rep ratios, same run, same plan; each row is its own pair, timed alternately, so rows "
+          f"do not share a baseline measurement); recompute %: the plan's extra forward time / "
           f"(forward + backward) from the profiled chain.\n")
     cfg, batch = next(iter(models.values()))
     amp = _precision_rows(cfg, batch, steps, reps)
     print(bench.format_table(amp, AMP_COLUMNS))
-    print(f"\n{steps} steps of AdamW on the same batches; ratio: step time / the baseline's (same run). "
+    print(f"\n{steps} steps of AdamW on the same batches; ratio: step time / the baseline's (same run; each row "
+          "is timed alternately with the baseline its 'baseline' column names, its own measurement). "
           "bytes/step: offload's device→host gradients + host→device parameters, beside 4Ψ.")
     path = plot(rows, "memory.png")
     print(f"plot: {path}")

@@ -3,9 +3,11 @@
 Our ring allreduce vs `dist.all_reduce` (gloo on CPU, NCCL on GPU) vs the textbook ring (naive.py:
 one blocking exchange per step, fresh buffers) vs the naive reduce+broadcast,
 for float32 messages from 4 KiB to 64 MiB on p ranks; and our ring reduce-scatter vs the backend's
-`reduce_scatter_single` (gloo emulates it with a full allreduce, ANCHORS.md). Each pair is timed
-alternately on fresh inputs, slowest rank per rep (bench.compare); ratio = median of per-rep
-ratios (> 1: slower than the backend). busbw = algbw · 2(p-1)/p (nccl-tests). "sent/bound" is the
+`reduce_scatter_single` (gloo emulates it with a full allreduce, ANCHORS.md). The three allreduces
+and the backend's are timed round-robin on fresh inputs, slowest rank per rep (bench.compare_many),
+so a row's three ratios divide by one backend measurement; the reduce-scatter is a second pair
+timed alternately against its own baseline (bench.compare). ratio = median of per-rep ratios
+(> 1: slower than the backend). busbw = algbw · 2(p-1)/p (nccl-tests). "sent/bound" is the
 bytes the busiest rank sent (comm_counter) over 2(p-1)·⌈n/p⌉·4, the ring's exact volume. The fitted α–β
 model (cost_model.py) gives the "model" column. Plot: bench_out/allreduce_busbw.png.
 """
@@ -42,9 +44,10 @@ def _measure_rank(rank: int, world_size: int, sizes: tuple[int, ...], reps: int)
         n = nbytes // 4
         setup = lambda: (torch.ones(n, device=device),)  # noqa: E731 - fresh input every rep
         kw = dict(setup=setup, warmup=2, reps=reps, device=device, group=group)
-        ring = bench.compare(ring_allreduce, dist.all_reduce, **kw)
-        naive = bench.compare(naive_allreduce, dist.all_reduce, **kw)
-        simple = bench.compare(simple_ring_allreduce, dist.all_reduce, **kw)
+        # one round-robin: ring/backend, simple/backend and naive/backend of a row share one backend measurement
+        cmps = bench.compare_many({"ring": ring_allreduce, "naive": naive_allreduce, "simple": simple_ring_allreduce,
+                                   "backend": dist.all_reduce}, "backend", **kw)
+        ring, naive, simple = cmps["ring"], cmps["naive"], cmps["simple"]
         out = torch.empty(shard_numel(n, world_size), device=device)
         padded = world_size * out.numel()  # gloo's reduce-scatter takes only p equal shards
         rs = bench.compare(ring_reduce_scatter, lambda x: dist.reduce_scatter_single(out, x),
@@ -139,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         raise
     model = fit_model(rows)
     print(f"backend: {pick_backend('auto', max(world_sizes))}; float32; times are the slowest rank's; "
-          f"ratios > 1 mean slower than the backend")
+          f"ratios > 1 mean slower than the backend; a row's allreduce ratios share one backend measurement, "
+          f"rs/backend rs has its own (the backend's reduce_scatter_single)")
     print(bench.format_table(table_rows(rows, model), COLUMNS))
     print(f"fitted ring model: alpha = {model.alpha_s * 1e6:.1f} us/message, "
           f"beta = 1/({model.bandwidth_gbps:.2f} GB/s)")

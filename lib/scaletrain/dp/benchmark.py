@@ -9,13 +9,15 @@ at p = 2 and 4 (gloo, one thread per rank), for:
   overlap-ring the same with our ring on a communication thread     (DataParallel allreduce="ring")
   torch DDP    DistributedDataParallel with the same bucket cap     (the baseline)
 
-Each variant is timed alternately with torch DDP in the same run (bench.compare, slowest rank),
-and the ratio quoted is the median of per-step ratios. Beside them: the limits of the α–β picture,
-T_compute (forward + backward alone) + T_allreduce (the whole gradient in one allreduce) without
-overlap, max(T_compute, T_allreduce) with perfect overlap. Then a sweep of the bucket cap, plotted
-to bench_out/ddp_bucket_sweep.png: small buckets pay the per-message latency α many times
-(seminar notes, "Data parallel", gradient bucketing; Li et al., 2020, Fig. 2), large ones leave
-nothing to overlap.
+All variants and torch DDP are timed round-robin in the same run, one step of each per rep
+(bench.compare_many, slowest rank), and the ratio quoted is the median of per-step ratios to
+DDP's step of the same rep: every row divides by the same DDP samples, and DDP's own row reads
+1.00. The bucket-cap sweep is a second round-robin, with DDP in it again (one baseline per
+table). Beside them: the limits of the α–β picture, T_compute (forward + backward alone) +
+T_allreduce (the whole gradient in one allreduce) without overlap, max(T_compute, T_allreduce)
+with perfect overlap. Then a sweep of the bucket cap, plotted to bench_out/ddp_bucket_sweep.png:
+small buckets pay the per-message latency α many times (seminar notes, "Data parallel", gradient
+bucketing; Li et al., 2020, Fig. 2), large ones leave nothing to overlap.
 
 On a CPU machine the "overlapped" allreduce runs on the same cores as backward (gloo threads,
 our comm thread): overlap hides waiting for the slowest rank and the network stack, not CPU work,
@@ -38,6 +40,7 @@ from scaletrain.models import GPT, GPTConfig, make_batch
 
 CFG = GPTConfig(n_layer=4, n_embd=128, n_head=4, block_size=64)  # 0.83 M parameters, 3.2 MiB
 BATCH_PER_RANK = 8
+DDP_ROW = "torch DDP"  # the baseline, a row of the table
 SWEEP_CAPS_MB = (1e-4, 0.1, 0.3, 1.0, 4.0)  # 52 (one per tensor), 26, 13, 4, 1 buckets
 
 
@@ -77,21 +80,27 @@ def _rank(rank: int, p: int, cap_mb: float, reps: int, sweep: tuple[float, ...])
     ddp = DDP(GPT(CFG), bucket_cap_mb=cap_mb)
     ddp_step = _step_fn(ddp)
     rows, models = [], []
-    for name, make in _variants(cap_mb).items():
-        model = make()
-        models.append(model)
-        cmp = bench.compare(_step_fn(model), ddp_step, reps=reps, group=dist.group.WORLD)
+    variants = {name: make() for name, make in _variants(cap_mb).items()}
+    models += variants.values()
+    # one round-robin over every variant and DDP: all rows share DDP's samples, DDP's own row is 1.00
+    cmps = bench.compare_many({**{n: _step_fn(m) for n, m in variants.items()}, DDP_ROW: ddp_step}, DDP_ROW,
+                              reps=reps, group=dist.group.WORLD)
+    for name, cmp in cmps.items():
+        model = variants.get(name, ddp)
         rows.append({"p": p, "variant": name, "median_ms": cmp.candidate.median * 1e3,
                      "p20_ms": cmp.candidate.p20 * 1e3, "p80_ms": cmp.candidate.p80 * 1e3,
-                     "ddp_ms": cmp.baseline.median * 1e3, "vs_ddp": cmp.ratio,
-                     "vs_ddp_p20": cmp.ratio_p20, "vs_ddp_p80": cmp.ratio_p80,
-                     "messages": len(getattr(model, "buckets", None) or list(model.parameters()))})
+                     "vs_ddp": cmp.ratio, "vs_ddp_p20": cmp.ratio_p20, "vs_ddp_p80": cmp.ratio_p80,
+                     "messages": ("-" if name == DDP_ROW else
+                                  len(getattr(model, "buckets", None) or list(model.parameters())))})
     sweep_rows = []
-    for cap in sweep:
-        for kind in ("torch", "ring"):
-            model = DataParallel(GPT(CFG), bucket_cap_mb=cap, allreduce=kind)
-            models.append(model)
-            cmp = bench.compare(_step_fn(model), ddp_step, reps=reps, group=dist.group.WORLD)
+    swept = {(cap, kind): DataParallel(GPT(CFG), bucket_cap_mb=cap, allreduce=kind)
+             for cap in sweep for kind in ("torch", "ring")}
+    models += swept.values()
+    if swept:  # the sweep's own round-robin, with DDP in it: one baseline for the whole sweep table
+        cmps = bench.compare_many({**{key: _step_fn(m) for key, m in swept.items()}, DDP_ROW: ddp_step}, DDP_ROW,
+                                  reps=reps, group=dist.group.WORLD)
+        for (cap, kind), model in swept.items():
+            cmp = cmps[(cap, kind)]
             sweep_rows.append({"p": p, "cap_mb": cap, "allreduce": kind, "buckets": len(model.buckets),
                                "median_ms": cmp.candidate.median * 1e3, "p20_ms": cmp.candidate.p20 * 1e3,
                                "p80_ms": cmp.candidate.p80 * 1e3, "vs_ddp": cmp.ratio})
@@ -102,7 +111,7 @@ def _rank(rank: int, p: int, cap_mb: float, reps: int, sweep: tuple[float, ...])
 
 
 def _plot(results: dict[int, dict], name: str):
-    """Step time / torch DDP's (timed alternately, so the machine's drift cancels) vs bucket cap."""
+    """Step time / torch DDP's (timed round-robin with it, so the machine's drift cancels) vs bucket cap."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -152,7 +161,7 @@ def main(argv: list[str]) -> int:
     results = {p: spawn(_rank, p, args.cap_mb, args.reps, caps if p == args.sweep_world_size else (),
                         timeout_s=600)[0] for p in world_sizes}
     rows = [r for res in results.values() for r in res["rows"]]
-    print(bench.format_table(rows, ["p", "variant", "messages", "median_ms", "p20_ms", "p80_ms", "ddp_ms",
+    print(bench.format_table(rows, ["p", "variant", "messages", "median_ms", "p20_ms", "p80_ms",
                                     "vs_ddp", "vs_ddp_p20", "vs_ddp_p80"]))
     print("\nlimits (alpha-beta picture): no overlap = T_compute + T_allreduce, perfect overlap = max of them")
     print(bench.format_table([{"p": p, "T_compute_ms": r["limits"]["compute"] * 1e3,
@@ -162,7 +171,7 @@ def main(argv: list[str]) -> int:
                               for p, r in results.items()]))
     swept = {p: r for p, r in results.items() if r["sweep"]}
     if swept:
-        print("\nbucket-cap sweep (overlap on), each timed alternately with torch DDP")
+        print("\nbucket-cap sweep (overlap on), all caps and torch DDP timed round-robin (one DDP baseline)")
         print(bench.format_table([r for res in swept.values() for r in res["sweep"]]))
         print(f"\nplot: {_plot(swept, 'ddp_bucket_sweep.png')}")
     return 0

@@ -2,11 +2,12 @@
 
 On a GPU: for softmax and LayerNorm, forward and backward, at M = 4096 rows and several row
 lengths N, time every fused backend (cuda, triton) beside the naive composed PyTorch version
-(naive.py) and torch's native op, with scaletrain.bench's paired protocol (alternating calls,
-CUDA events, L2 flushed).  Reported per row: median / p20 / p80 time, GB/s counted on the
-minimum traffic (2 numel for forwards, 3 numel for backwards: ANCHORS.md, the Triton
-tutorials' convention), % of the device's peak DRAM bandwidth, and the speedups over naive and
-native (medians of per-pair ratios).  Plot: GB/s vs N.
+(naive.py) and torch's native op, the three timed round-robin (bench.compare_many: one call of
+each per rep, CUDA events, L2 flushed), so a row's two speedups share one measurement of the
+backend. Reported per row: median / p20 / p80 time, GB/s counted on the minimum traffic (2 numel
+for forwards, 3 numel for backwards: ANCHORS.md, the Triton tutorials' convention), % of the
+device's peak DRAM bandwidth, and the speedups over naive and native (medians of per-pair
+ratios). Plot: GB/s vs N.
 
 Without a GPU the kernels cannot be timed (the interpreter measures Python, not the kernel), and
 the command says so; it prints the analytic bytes moved instead (naive vs fused vs minimum,
@@ -82,9 +83,12 @@ def speed_case(op: str, direction: str, candidate: Backend, *, m: int, n: int, d
     call_backend, call_native = OP_CALLS[(op, direction)]
     naive_backend = Backend.from_modules("torch", naive, naive)
     run = lambda t: call_backend(candidate, t)  # noqa: E731
-    vs_native = bench.compare(run, call_native, setup=setup, warmup=warmup, reps=reps, device=device)
-    vs_naive = bench.compare(run, lambda t: call_backend(naive_backend, t), setup=setup, warmup=warmup,
-                             reps=reps, device=device)
+    # one round-robin of the three: the row's "x naive" and "x native" come from the same candidate samples
+    cmps = bench.compare_many({"candidate": run, "native": call_native,
+                               "naive": lambda t: call_backend(naive_backend, t)}, "native",
+                              setup=setup, warmup=warmup, reps=reps, device=device)
+    vs_native = cmps["candidate"]
+    vs_naive = bench.Comparison(cmps["candidate"].candidate, cmps["naive"].candidate)
     itemsize = torch.empty((), dtype=dtype).element_size()
     nbytes = (2 if direction == "fwd" else 3) * m * n * itemsize
     t = vs_native.candidate

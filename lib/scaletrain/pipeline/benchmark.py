@@ -238,7 +238,9 @@ def main(argv: list[str]) -> int:
     print(format_table(bubble))
     print("Bubble target: not judged with --quick (3 steps of a small model, where one 4 ms scheduler tick "
           "is a large share of a step)" if args.quick else target_summary(bubble, _cores()))
-    print("\nStep time: our executor vs torch.distributed.pipelining (ratio = ours / torch, < 1 is faster)")
+    print("\nStep time: our executor vs torch.distributed.pipelining (ratio = ours / torch, < 1 is faster). "
+          "Each row has its own baseline, torch's schedule of the same name timed alternately with ours "
+          "(bench.compare): compare ratios across rows, not the torch ms of different rows")
     print(format_table(speed))
     print("\nPeak activation bytes per rank (saved for backward): GPipe holds m microbatches, 1F1B p - r")
     print(format_table(memory))

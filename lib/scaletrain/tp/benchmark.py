@@ -7,8 +7,10 @@ sequence parallelism, three ways on the same ranks:
   * torch:                 `parallelize_module` with ColwiseParallel / RowwiseParallel /
                            SequenceParallel, DTensors on a CPU DeviceMesh, `loss_parallel`
                            (torch_twin.py; the baseline).
-Each variant is timed alternately with the baseline (bench.compare: barrier before every rep,
-slowest rank's time); "ratio" is the median of per-rep ratios to it (< 1: faster). Before timing,
+The three are timed round-robin, one step of each per rep (bench.compare_many: barrier before
+every step, slowest rank's time); "ratio" is the median of per-rep ratios to the baseline's step of
+the same rep (< 1: faster): the rows of one (t, SP) share one baseline measurement, whose own row
+reads 1.00. Before timing,
 our GPT is checked against one process (verify.check_gpt).
 
 Bytes per rank per step: measured for every variant from the kernel's count of bytes the process
@@ -121,10 +123,11 @@ def _measure_rank(rank: int, world_size: int, reps: int, quick: bool) -> list[di
             facts[name] = dict(sent=sent.item() / world_size, counted=counted.bytes_sent,
                                act=saved_bytes_at_forward_end(step, list(model.parameters())),
                                blocks=_blocks_bytes(model, step))
-        baseline = variants[BASELINE][1]
-        for name, (_, step) in variants.items():
-            cmp = bench.compare(step, baseline, warmup=2, reps=reps, group=dist.group.WORLD)
-            rows.append(dict(t=world_size, sp=sp, variant=name, cmp=cmp, **facts[name],
+        # one round-robin over the three: every row uses the same baseline samples (its own row: 1.00)
+        cmps = bench.compare_many({name: step for name, (_, step) in variants.items()}, BASELINE,
+                                  warmup=2, reps=reps, group=dist.group.WORLD)
+        for name in variants:
+            rows.append(dict(t=world_size, sp=sp, variant=name, cmp=cmps[name], **facts[name],
                              formula=_step_formula(cfg, b, world_size, sp),
                              blocks_formula=cfg.n_layer * block_activation_bytes(
                                  batch_size=b, seq_len=s, hidden=cfg.n_embd, n_head=cfg.n_head, tp=world_size,
@@ -172,9 +175,9 @@ def plot(rows: list[dict[str, Any]], name: str):
     for ax, key, title in zip(axes, ("ratio", "KB sent/rank", "blocks act KB"),
                               (f"step time / {BASELINE}", "KB sent per rank per step (wchar)",
                                "blocks' saved activations per rank, KB")):
-        for i, name in enumerate(names):
-            vals = [next(r[key] for r in rows if (r["t"], r["SP"]) == k and r["variant"] == name) for k in keys]
-            ax.bar([j + i * width for j in range(len(keys))], vals, width, label=name)
+        for i, variant in enumerate(names):  # not `name`: that is the file to write
+            vals = [next(r[key] for r in rows if (r["t"], r["SP"]) == k and r["variant"] == variant) for k in keys]
+            ax.bar([j + i * width for j in range(len(keys))], vals, width, label=variant)
         if key == "blocks act KB":
             formula = [next(r["blocks formula KB"] for r in rows if (r["t"], r["SP"]) == k) for k in keys]
             ax.scatter([j + width for j in range(len(keys))], formula, color="k", marker="_", s=400, label="formula",
@@ -201,7 +204,8 @@ def main(argv: list[str]) -> int:
     rows = table(measure(sizes, reps, args.quick))
     print(bench.format_table(rows, COLUMNS))
     path = plot(rows, "tp.png")
-    print(f"\nratio: step time / {BASELINE} (median of per-rep ratios, same run); KB sent: mean over ranks of "
+    print(f"\nratio: step time / {BASELINE} (median of per-rep ratios; the rows of one (t, SP) share one baseline "
+          "measurement, its own row 1.00); KB sent: mean over ranks of "
           "bytes written to gloo's sockets (/proc/self/io wchar); KB counted: comm_counter; act KB: saved for "
           f"backward at the end of the forward, whole model; plot: {path}")
     return 0

@@ -3,9 +3,10 @@
 One training step (zero_grad, forward, backward, step) of a small GPT with AdamW on p ranks, for
 our stages 0-3 and torch's own: DDP, DDP + `ZeroRedundancyOptimizer` (ZeRO-1, which broadcasts
 each rank's updated partition after DDP's allreduce) and FSDP2 `fully_shard` (ZeRO-3, one unit
-per block). Each variant is timed alternately with DDP + ZeroRedundancyOptimizer on the same
-ranks (bench.compare: barrier before every rep, slowest rank's time); "ratio" is the median of
-per-rep ratios to it (< 1: faster).
+per block). All variants are timed round-robin on the same ranks, one step of each per rep
+(bench.compare_many: barrier before every step, slowest rank's time); "ratio" is the median of
+per-rep ratios to DDP + ZeroRedundancyOptimizer's step of the same rep (< 1: faster), so every row
+of a p uses one baseline measurement and the baseline's own row reads 1.00.
 
 Bytes per rank per step are *measured* for every variant from the kernel's count of bytes this
 process wrote (`wchar` in /proc/self/io: gloo's TCP sends; it sees torch's collectives, which
@@ -136,9 +137,11 @@ def _measure_rank(rank: int, world_size: int, reps: int, quick: bool) -> list[di
         sent = torch.tensor([_wchar() - w0, (v.counted() - c0) if v.counted else -1], dtype=torch.float64)
         dist.all_reduce(sent)  # mean over ranks below
         v.sent = (sent / world_size).tolist()
+    # one round-robin over all variants: every row's ratio uses the same baseline samples (its own row: 1.00)
+    cmps = bench.compare_many({v.name: v.step for v in variants + [baseline]}, BASELINE,
+                              setup=lambda: (idx, targets), warmup=2, reps=reps, group=group)
     for v in variants + [baseline]:
-        cmp = bench.compare(v.step, baseline.step, setup=lambda: (idx, targets), warmup=2, reps=reps, group=group)
-        rows.append(dict(p=world_size, variant=v.name, cmp=cmp, sent=v.sent, states=v.states(),
+        rows.append(dict(p=world_size, variant=v.name, cmp=cmps[v.name], sent=v.sent, states=v.states(),
                          formula=_formula(v.name, psi, world_size)))
     return rows
 
@@ -208,6 +211,7 @@ def main(argv: list[str]) -> int:
     rows = table(measure(world_sizes, reps, args.quick))
     print(bench.format_table(rows, COLUMNS))
     path = plot(rows, "zero.png")
-    print(f"\nratio: step time / {BASELINE} (median of per-rep ratios, same run); MB sent: mean over ranks "
+    print(f"\nratio: step time / {BASELINE} (median of per-rep ratios; one round-robin per p, so every row "
+          f"of a p divides by the same {BASELINE} samples and its own row is 1.00); MB sent: mean over ranks "
           f"of bytes written to gloo's sockets (/proc/self/io wchar); plot: {path}")
     return 0

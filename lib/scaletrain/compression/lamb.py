@@ -1,0 +1,71 @@
+"""LAMB: Adam's update rescaled per layer by a trust ratio ‖w‖ / ‖update‖.
+
+You et al., 2020, "Large Batch Optimization for Deep Learning: Training BERT in 76 minutes",
+Algorithm 2; seminar notes §1.2.8.1.1 (LARS's trust ratio with Adam in place of SGD). For each
+parameter tensor ("layer") x at step t, with gradient g:
+
+    m ← β₁ m + (1 − β₁) g              v ← β₂ v + (1 − β₂) g²
+    m̂ = m / (1 − β₁ᵗ)                  v̂ = v / (1 − β₂ᵗ)         (bias_correction=True)
+    u = m̂ / (√v̂ + ε) + λ x                                         (decoupled weight decay λ)
+    trust = ‖x‖ / ‖u‖   (1 when either norm is 0; φ = identity, optionally clamped to max_trust)
+    x ← x − lr · trust · u
+
+With one "layer" per parameter tensor, a large batch's large learning rate is spent in
+proportion to each layer's weight scale, which keeps layers with small weights stable.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+
+__all__ = ["LAMB"]
+
+
+class LAMB(torch.optim.Optimizer):
+    def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-6, weight_decay: float = 0.0, bias_correction: bool = True,
+                 max_trust: float | None = None):
+        if lr < 0 or eps < 0 or weight_decay < 0:
+            raise ValueError(f"LAMB: lr, eps, weight_decay must be >= 0, got {lr}, {eps}, {weight_decay}")
+        if not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
+            raise ValueError(f"LAMB: betas must be in [0, 1), got {betas}")
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                                      bias_correction=bias_correction, max_trust=max_trust))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for x in group["params"]:
+                if x.grad is None:
+                    continue
+                g = x.grad
+                state = self.state[x]
+                if not state:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(x)
+                    state["exp_avg_sq"] = torch.zeros_like(x)
+                state["step"] += 1
+                t, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
+                m.mul_(beta1).add_(g, alpha=1 - beta1)
+                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+                if group["bias_correction"]:
+                    m_hat, v_hat = m / (1 - beta1 ** t), v / (1 - beta2 ** t)
+                else:
+                    m_hat, v_hat = m, v
+                u = m_hat / (v_hat.sqrt() + group["eps"])
+                if group["weight_decay"]:
+                    u.add_(x, alpha=group["weight_decay"])
+                w_norm, u_norm = torch.linalg.vector_norm(x), torch.linalg.vector_norm(u)
+                trust = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
+                if group["max_trust"] is not None:
+                    trust = trust.clamp(max=group["max_trust"])
+                state["trust_ratio"] = float(trust)
+                x.sub_(u * (group["lr"] * trust))
+        return loss

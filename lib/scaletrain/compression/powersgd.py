@@ -1,0 +1,176 @@
+"""PowerSGD: rank-r gradient compression by one step of power iteration, with error feedback.
+
+Vogels, Karimireddy & Jaggi, 2019, "PowerSGD: Practical Low-Rank Gradient Compression for
+Distributed Optimization", Algorithm 1 (compression) and Algorithm 2 (error feedback); seminar
+notes §1.2.8.2. For each gradient matrix M (n × m, a parameter viewed as shape[0] × rest) on
+every rank w, with the error memory e_w of the previous step:
+
+    M_w  ← G_w + e_w                            error feedback (Alg. 2, line "Δ_w ← g_w + e_w")
+    P_w  ← M_w Q                                Q: m × r, warm-started from the previous step
+    P    ← Σ_w P_w           (allreduce #1)     (its scale is irrelevant: P is orthogonalized next)
+    P̂    ← orthogonalize(P)                     Gram-Schmidt on the r columns
+    Q_w  ← M_wᵀ P̂
+    Q    ← (1/p) Σ_w Q_w     (allreduce #2)
+    out  ← P̂ Qᵀ                                 the synchronized gradient, identical on all ranks
+    e_w  ← M_w − out                            what this rank's gradient lost, added next step
+
+Because P̂ and Q are linear in the M_w, P̂Qᵀ = P̂P̂ᵀ·mean_w(M_w): the projection of the mean onto
+span(P̂). Tensors whose matrix would not shrink (vectors: biases, LayerNorm; or n·m ≤ (n+m)·r·
+min_compression_rate) are allreduced uncompressed in one flat message (allreduce #0). The
+messages are those of torch's `powerSGD_hook` (torch.distributed.algorithms.ddp_comm_hooks,
+non-batched): uncompressed tensors, then all P's of the bucket concatenated, then all Q's; so
+per step a bucket sends ring_allreduce bytes of Σ(n+m)·r + Σ uncompressed elements instead of
+Σ n·m. The error memory follows the authors' code (and torch's): e_w = M_w − out, the local
+input minus the synchronized result, also for the uncompressed part.
+
+`start_iter`: the first steps of a bucket are plain allreduces (the seed's "defer PowerSGD for
+some initial steps"; torch's start_powerSGD_iter).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.distributed as dist
+
+from scaletrain.comm import ring_allreduce
+
+__all__ = ["orthogonalize", "should_compress", "PowerSGD", "powersgd_payloads"]
+
+
+def orthogonalize(matrix: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """Gram-Schmidt on the columns of `matrix` (n × r), in place; returns it.
+
+    Column i is normalized (÷ (‖col‖ + eps), eps guards a zero column), then its projection is
+    removed from columns i+1..r-1. Equals the Q of a QR decomposition with diag(R) > 0."""
+    r = matrix.shape[1]
+    for i in range(r):
+        col = matrix[:, i:i + 1]
+        col.div_(torch.linalg.vector_norm(col) + eps)
+        if i + 1 < r:
+            rest = matrix[:, i + 1:]
+            rest.sub_(col * (col * rest).sum(dim=0, keepdim=True))
+    return matrix
+
+
+def should_compress(n: int, m: int, rank: int, min_compression_rate: float = 2.0) -> bool:
+    """torch's rule: compress an n × m matrix at rank r when (n + m)·r·rate < n·m."""
+    return (n + m) * rank * min_compression_rate < n * m
+
+
+def _matrix_shape(shape: torch.Size) -> tuple[int, int]:
+    n = shape[0] if len(shape) else 1
+    return n, max(1, math.prod(shape) // max(n, 1))
+
+
+def powersgd_payloads(shapes: Sequence[torch.Size], rank: int, min_compression_rate: float = 2.0) -> list[int]:
+    """Elements of the allreduces one compressed step of a bucket sends: [uncompressed, P's, Q's]
+    (zeros left out)."""
+    unc = ps = qs = 0
+    for shape in shapes:
+        n, m = _matrix_shape(shape)
+        r = min(n, m, rank)
+        if len(shape) > 1 and should_compress(n, m, r, min_compression_rate):
+            ps, qs = ps + n * r, qs + m * r
+        else:
+            unc += math.prod(shape)
+    return [x for x in (unc, ps, qs) if x]
+
+
+class PowerSGD:
+    """Compression hook (hook.py): rank-`rank` PowerSGD with error feedback and warm-started Q.
+
+    Args:
+        rank: r, the approximation rank (per matrix, min(n, m, r)).
+        group: the data-parallel process group.
+        error_feedback: keep e_w and add it to the next gradient (turn off to see the bias).
+        warm_start: reuse the last averaged Q as the next step's Q (one power-iteration step per
+            training step); otherwise a fresh random Q every step.
+        start_iter: steps per bucket that are plain allreduces before compression starts.
+        min_compression_rate: torch's threshold for compressing a matrix at all.
+        seed: the random initial Q (identical on every rank: same seed, same bucket index).
+        allreduce: f(tensor) summing in place over the group; default our ring (counted by
+            comm_counter).
+    """
+
+    def __init__(self, rank: int = 1, *, group: Any = None, error_feedback: bool = True,
+                 warm_start: bool = True, start_iter: int = 0, min_compression_rate: float = 2.0,
+                 seed: int = 0, eps: float = 1e-8,
+                 allreduce: Callable[[torch.Tensor], Any] | None = None):
+        if rank < 1:
+            raise ValueError(f"PowerSGD: rank must be >= 1, got {rank}")
+        self.rank, self.group = rank, group
+        self.error_feedback, self.warm_start = error_feedback, warm_start
+        self.start_iter, self.min_compression_rate = start_iter, min_compression_rate
+        self.seed, self.eps = seed, eps
+        self.allreduce = allreduce or (lambda t: ring_allreduce(t, op="sum", group=group))
+        self.errors: dict[int, torch.Tensor] = {}
+        self.q_memory: dict[int, list[torch.Tensor]] = {}
+        self.steps: dict[int, int] = {}
+
+    def _initial_q(self, index: int, k: int, m: int, r: int, like: torch.Tensor) -> torch.Tensor:
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + index * 10_007 + k)
+        q = torch.randn(m, r, generator=gen, dtype=torch.float32).to(like)
+        return orthogonalize(q, self.eps)
+
+    def reduce(self, index: int, flat: torch.Tensor, shapes: Sequence[torch.Size]) -> torch.Tensor:
+        p = dist.get_world_size(self.group)
+        step = self.steps.get(index, 0)
+        self.steps[index] = step + 1
+        if step < self.start_iter:
+            out = flat.clone()
+            self.allreduce(out)
+            return out.div_(p)
+        x = flat.clone()
+        if self.error_feedback and index in self.errors:
+            x.add_(self.errors[index])
+        # split the bucket into matrices to compress and tensors sent as they are
+        offsets, o = [], 0
+        for shape in shapes:
+            offsets.append(o)
+            o += math.prod(shape)
+        compress, plain = [], []  # (k, matrix view into x, r) / (offset, numel)
+        for k, (shape, off) in enumerate(zip(shapes, offsets)):
+            n, m = _matrix_shape(shape)
+            r = min(n, m, self.rank)
+            if len(shape) > 1 and should_compress(n, m, r, self.min_compression_rate):
+                compress.append((k, x[off:off + n * m].view(n, m), r))
+            else:
+                plain.append((off, math.prod(shape)))
+        out = torch.empty_like(x)
+        if plain:  # allreduce #0: the uncompressed tensors, in one message
+            unc = torch.cat([x[off:off + numel] for off, numel in plain])
+            self.allreduce(unc)
+            unc.div_(p)
+            pos = 0
+            for off, numel in plain:
+                out[off:off + numel] = unc[pos:pos + numel]
+                pos += numel
+        if compress:
+            if not self.warm_start or index not in self.q_memory:
+                self.q_memory[index] = [self._initial_q(index, k, M.shape[1], r, x) for k, M, r in compress]
+            qs = self.q_memory[index]
+            p_flat = torch.cat([(M @ q).reshape(-1) for (_, M, _), q in zip(compress, qs)])
+            self.allreduce(p_flat)  # allreduce #1: all P's of the bucket
+            p_hats, pos = [], 0
+            for _, M, r in compress:
+                n = M.shape[0]
+                p_hats.append(orthogonalize(p_flat[pos:pos + n * r].view(n, r), self.eps))
+                pos += n * r
+            q_flat = torch.cat([(M.t() @ ph).reshape(-1) for (_, M, _), ph in zip(compress, p_hats)])
+            self.allreduce(q_flat)  # allreduce #2: all Q's of the bucket
+            q_flat.div_(p)
+            new_qs, pos = [], 0
+            for (k, M, r), ph in zip(compress, p_hats):
+                m = M.shape[1]
+                q = q_flat[pos:pos + m * r].view(m, r)
+                pos += m * r
+                off = offsets[k]
+                out[off:off + M.numel()] = (ph @ q.t()).reshape(-1)
+                new_qs.append(q.clone())
+            self.q_memory[index] = new_qs
+        if self.error_feedback:
+            self.errors[index] = x - out
+        return out

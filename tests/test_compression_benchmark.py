@@ -1,0 +1,24 @@
+"""`python -m scaletrain.bench compression --quick` runs end to end, and its byte counts equal
+the formulas (module 8)."""
+
+from __future__ import annotations
+
+import pytest
+
+from scaletrain import bench
+
+pytestmark = pytest.mark.slow
+
+
+def test_compression_benchmark_quick(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SCALETRAIN_BENCH_OUT", str(tmp_path))
+    assert "compression" in bench.BENCHMARKS and "compression" in bench.DISTRIBUTED
+    assert bench.main(["compression", "--quick"]) == 0
+    out = capsys.readouterr().out
+    table = [line.split() for line in out.splitlines() if line.startswith("2 ")]
+    assert [" ".join(cols[1:-13]) for cols in table] == ["adam (DP)", "powersgd r=1", "powersgd r=4", "1-bit EF", "1-bit Adam"]
+    for cols in table:
+        sent, formula = cols[-11], cols[-10]  # bytes/step (comm_counter) == the formula on every row
+        assert sent == formula, cols
+        assert float(cols[-8]) >= 1.0  # fewer_bytes_x
+    assert (tmp_path / "compression_loss.png").exists()

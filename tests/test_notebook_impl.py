@@ -1,0 +1,76 @@
+"""The notebooks' implementation switch (`scaletrain.student_code.implementation`): "reference", or a
+submission folder whose file then runs as the library module, here and in the ranks `spawn` starts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from scaletrain.student_code import REPO, STUDENT_MODULES, _resolve
+
+PY = textwrap.dedent("""
+    if __name__ == "__main__":
+        from scaletrain.student_code import implementation, module_file
+        ring = implementation("ring", {folder!r})   # before anything imports scaletrain.comm
+        import scaletrain.comm
+        from scaletrain.launch import spawn
+        assert ring is sys.modules["scaletrain.comm.ring"]
+        assert scaletrain.comm.ring_allreduce is ring.ring_allreduce   # the package's names are the student's
+        print("FILE", ring.__file__)
+        print("RANKS", spawn(module_file, 2, "scaletrain.comm.ring", timeout_s=60))
+        try:
+            implementation("ring", "reference")
+        except RuntimeError as err:
+            print("SWITCH", err)
+""")
+
+
+def test_table_matches_the_manifests():
+    from autograder.manifest import all_manifests
+    lib_files = {}
+    for m in all_manifests().values():
+        for stem, src in m.files.items():
+            if src.startswith("lib/"):
+                lib_files[Path(stem).stem] = (src[len("lib/"):-len(".py")].replace("/", "."), m.folder)
+    for stem, entry in STUDENT_MODULES.items():
+        assert lib_files.get(stem) == entry, stem
+    for stem in ("ring", "dp_bucket", "dp_data_parallel", "pp_schedules", "pp_validate", "pp_executor",
+                 "zero_engine"):
+        assert stem in STUDENT_MODULES
+
+
+def test_resolve(tmp_path):
+    assert _resolve("ring", "reference") is None
+    assert _resolve("ring", "student") == REPO / "assignments" / "a2_collectives" / "ring.py"
+    a5 = REPO / "solutions" / "a5_zero"
+    assert _resolve("zero_engine", str(a5)) == a5 / "zero_engine.py"
+    with pytest.raises(FileNotFoundError, match="ring.py"):
+        _resolve("ring", str(tmp_path))
+    with pytest.raises(ValueError, match="not a student file"):
+        _resolve("launch", "reference")
+
+
+def test_a_folder_runs_as_the_library_module_in_every_rank():
+    folder = REPO / "solutions" / "a2_collectives"
+    out = subprocess.run([sys.executable, "-c", "import sys\n" + PY.format(folder=str(folder))],
+                         capture_output=True, text=True, timeout=240, cwd=REPO / "notebooks")
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("implementation ("), lines  # the one printed line
+    assert "solutions/a2_collectives/ring.py" in lines[0]
+    expected = str(folder / "ring.py")
+    assert f"FILE {expected}" in lines
+    assert f"RANKS {[expected, expected]}" in lines
+    assert any(line.startswith("SWITCH scaletrain.comm.ring is already imported") for line in lines)
+
+
+def test_reference_leaves_the_library_alone(monkeypatch):
+    from scaletrain.student_code import IMPL_ENV, implementation
+    monkeypatch.delenv(IMPL_ENV, raising=False)
+    ring = implementation("ring", "reference", announce=False)
+    assert Path(ring.__file__).resolve() == REPO / "lib" / "scaletrain" / "comm" / "ring.py"
+    assert IMPL_ENV not in __import__("os").environ
