@@ -36,12 +36,15 @@ def test_freed_storage_holds_nothing_and_snapshots_as_none():
 
 
 def test_send_counter_counts_the_tensors_handed_to_isend(monkeypatch):
+    """The counter a5's and a6's ranks install below the student's code (probes/common.py)."""
     import torch.distributed as dist
+
+    from autograder.probes.common import install_send_counter
 
     handed = []
     monkeypatch.setattr(dist, "isend", lambda tensor, *a, **k: handed.append(tensor.numel()))
     monkeypatch.setattr(dist, "send", lambda tensor, *a, **k: handed.append(tensor.numel()))
-    sent = probe._install_send_counter()
+    sent = install_send_counter()
     with sent.phase() as box:
         dist.isend(torch.zeros(10, dtype=torch.float64), dst=1)
         dist.send(torch.zeros(3), 1)
