@@ -21,10 +21,10 @@ demo: setup
 	  code=$$?; if [ $$code -eq 3 ]; then echo "(GPU-only checks were not run: no CUDA device here)"; \
 	  elif [ $$code -ne 0 ]; then exit $$code; fi
 
-# Two pytest workers (conftest.py keeps each file, notebook and selftest on one worker).
+# Two pytest workers, one test file (or notebook) at a time each.
 test: setup
 	$(BIN)/python -m autograder release --check
-	$(BIN)/python -m pytest -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 selftest: setup
 	$(BIN)/python -m autograder selftest all

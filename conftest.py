@@ -15,24 +15,12 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(_worker_group(item)))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU; none on this machine (GPU checks are not run here)")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
-
-
-def _worker_group(item) -> str:
-    """Under `pytest -n 2 --dist loadgroup`, what runs on one worker: a file (its module fixtures
-    are built once; a notebook's cells share a kernel), but each assignment's selftest on its own,
-    since they are the longest tests by far."""
-    path = str(item.path)
-    if item.path.name == "test_assignments.py" and "[" in item.name:
-        return f"{path}::{item.name}"
-    return path
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -89,7 +89,10 @@ class Untrusted:
             self.close()
             raise TimeoutError(f"your code did not finish within {limit:.0f} s (an infinite loop or a deadlock?)")
         except (EOFError, BrokenPipeError, wire.WireError) as exc:
-            code = self._proc.poll() if self._proc else None
+            try:  # the channel can close a moment before the process is gone: give it that moment
+                code = self._proc.wait(timeout=EXIT_GRACE_S) if self._proc else None
+            except subprocess.TimeoutExpired:
+                code = None
             last = (self.log_tail(1) or "no output").strip()
             self.close()
             what = f"exited with code {code} ({last[:300]})" if code is not None else f"sent no valid answer ({exc})"

@@ -16,6 +16,8 @@ pytestmark = pytest.mark.slow
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 
 GATHER = """
+import sys
+
 import torch
 from scaletrain.launch import is_primary, spawn
 
@@ -25,7 +27,8 @@ def rank_result(rank, world_size):
 results = spawn(rank_result, 2)
 assert [r["rank"] for r in results] == [0, 1], results
 assert all(torch.equal(r["t"], torch.full((3,), float(i))) for i, r in enumerate(results))
-print("primary" if is_primary() else "secondary", "saw", len(results), "results")
+sys.stdout.write(f"{'primary' if is_primary() else 'secondary'} saw {len(results)} results\\n")
+sys.stdout.flush()  # one write per rank: the two ranks share the pipe
 """
 
 
