@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 from autograder.manifest import REPO, Manifest, all_manifests
+from autograder.pyparse import parse_python
 
 ANSWERS_FILE = "written_answers.md"   # in each assignment folder; `submit` includes it
 ANSWER_PROMPT = "Your answer:"
@@ -93,7 +94,7 @@ def _message_for(manifest: Manifest, stub_name: str):
 
 
 def _check_absolute_imports(text: str, source: str) -> None:
-    for node in ast.walk(ast.parse(text, filename=source)):
+    for node in ast.walk(parse_python(text, source)):
         if isinstance(node, ast.ImportFrom) and node.level:
             raise ReleaseError(f"{source}:{node.lineno}: files released to students must use absolute "
                                f"imports (`from scaletrain.x import y`), not relative ones")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 from pathlib import Path
+from autograder.pyparse import parse_python
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ def check_source(text: str, filename: str, forbidden: tuple[str, ...]) -> list[F
     if Path(filename).suffix != ".py":
         return _check_text(text, forbidden)
     try:
-        tree = ast.parse(text, filename=filename)
+        tree = parse_python(text, filename)
     except SyntaxError as exc:
         return [Finding("syntax", exc.lineno or 0, f"syntax error at line {exc.lineno}: {exc.msg}")]
     aliases: dict[str, str] = {}

@@ -18,7 +18,7 @@ import pytest
 from autograder import sandbox
 from autograder.cli import exit_code
 from autograder.grade import UnusableSubmission, grade_assignment, ignored_files
-from autograder.manifest import Check, Group, Manifest, Task, all_manifests
+from autograder.manifest import REPO, Check, Group, Manifest, Task, all_manifests
 from autograder.results import to_gradescope
 from procs import processes_with  # tests/ is on sys.path
 
@@ -379,3 +379,12 @@ def test_checks_reported_from_ranks_get_the_time_of_their_spawn(tmp_path):
     durations = {r["name"]: r["duration"] for r in map(json.loads, report.read_text().splitlines())}
     assert durations["first"] >= 0.3 and durations["second"] >= 0.3
     assert 0.1 <= durations["third"] < 0.3  # a check block's own time, not the time since the spawn
+
+
+def test_the_grader_parses_python_only_under_the_thread_lock():
+    """selftest grades in threads and CPython 3.11's ast.parse is not thread-safe
+    (python/cpython#106905): every parse in autograder/ goes through pyparse.parse_python."""
+    direct = [f"{p.relative_to(REPO)}:{i}" for p in sorted((REPO / "autograder").rglob("*.py"))
+              if p.name != "pyparse.py"
+              for i, line in enumerate(p.read_text().splitlines(), 1) if "ast.parse(" in line]
+    assert not direct, f"call autograder.pyparse.parse_python instead of ast.parse at {direct}"

@@ -29,6 +29,13 @@ How the pieces run in one training step `zero_grad(); loss = model(x); loss.back
            (task 5.4); backward: gather them again before the module's backward, reduce-scatter
            its gradients and free them as soon as they are accumulated; step: update my shard (no
            all-gather: the next forward gathers).
+
+Stage 3 prefetch (`prefetch=k`, FSDP's forward and backward prefetch; Zhao et al. 2023, "PyTorch
+FSDP", §3.3.2): the first step records the order in which the unit modules run forward and
+backward; from then on, when a module starts, the gathers of the next modules in that order (at
+most k units in flight) are handed to a communication thread (comm/thread.py, its own process
+group), so module i+1's all-gather runs while module i computes. Bytes sent are unchanged; the
+price is up to k more gathered units of memory.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from torch.autograd import Variable
 
 from scaletrain.comm.counter import CommStats, comm_counter
 from scaletrain.comm.ring import ring_all_gather_chunks, ring_allreduce, ring_of, ring_reduce_scatter
+from scaletrain.comm.thread import CommThread
 from scaletrain.dp.bucket import bucket_cap_bytes
 from scaletrain.zero import checkpoint, report
 from scaletrain.zero.layout import (FlatUnit, ParamGroup, bucket_units, default_unit_modules, module_units,
@@ -111,6 +119,8 @@ class ZeRO(torch.optim.Optimizer):
                      per param group).
       unit_modules:  stage 3, the modules gathered one at a time (default: the model's children,
                      each transformer block separately; what they do not own stays with the root).
+      prefetch:      stage 3, how many units may be gathered ahead on the communication thread
+                     (0: none, every gather waits for its module; call `close()` when done).
       **defaults:    the optimizer's options (lr=...), as `optimizer_class` takes them.
 
     As a torch optimizer: `param_groups` hold the parameters as given (LR schedulers change their
@@ -127,8 +137,11 @@ class ZeRO(torch.optim.Optimizer):
 
     def __init__(self, params: nn.Module | Iterable, *, optimizer_class: type, stage: int, group: Any = None,
                  param_groups: Iterable[dict] | None = None, bucket_cap_mb: float | None = 25.0,
-                 unit_modules: Sequence[nn.Module] | None = None, **defaults: Any):
+                 unit_modules: Sequence[nn.Module] | None = None, prefetch: int = 0, **defaults: Any):
         self.facts = stage_facts(stage)  # raises a clear error for anything but 0-3
+        if not isinstance(prefetch, int) or prefetch < 0 or (prefetch and not self.facts.parameters):
+            raise ValueError(f"ZeRO: prefetch gathers stage 3's parameters ahead; it takes an int >= 0 "
+                             f"at stage 3 and 0 otherwise, got prefetch={prefetch!r} at stage {stage}")
         if not (isinstance(optimizer_class, type) and issubclass(optimizer_class, torch.optim.Optimizer)):
             raise TypeError(f"ZeRO: optimizer_class must be a torch.optim.Optimizer class such as "
                             f"torch.optim.AdamW (not an instance), got {optimizer_class!r}")
@@ -157,6 +170,11 @@ class ZeRO(torch.optim.Optimizer):
         self.sent = CommStats()  # bytes this rank sent for training (hooks + step), not checkpoints
         self.steps = 0
         self._finish_queued = False
+        self.prefetch = prefetch
+        self._order: dict[str, list[nn.Module]] = {"forward": [], "backward": []}
+        self._recording = True  # until the first backward ends: the order prefetch follows
+        self._inflight: dict[int, torch.futures.Future] = {}  # id(unit) -> its gather on the thread
+        self._comm = CommThread(group=group, name="zero3-prefetch") if prefetch else None
         self._register_hooks()
 
     def _build_units(self, groups: Sequence[ParamGroup], unit_modules: Sequence[nn.Module] | None,
@@ -285,10 +303,12 @@ class ZeRO(torch.optim.Optimizer):
 
     # -------------------------------------------------------------- stage 3: parameters
 
-    def _gather(self, unit: FlatUnit) -> None:
+    def _gather(self, unit: FlatUnit, group: Any = None) -> None:
         """Task 5.4. Make the unit's parameters usable: give `unit.full` its N·m elements of storage
         back (`unit.full.untyped_storage().resize_(nbytes)`) and all-gather every rank's shard into
-        it with `unshard`. The parameters are views of `full`, so they see the values at once.
+        it with `unshard` on `group` (None: the engine's `self.group`; the prefetch thread passes
+        its own, so its messages never meet the main thread's). The parameters are views of
+        `full`, so they see the values at once.
         Already gathered (a module called twice, or the root during its children): do nothing.
         """
         if unit.gathered:
@@ -305,8 +325,7 @@ class ZeRO(torch.optim.Optimizer):
         unit.gathered = False
 
     def _pre_forward(self, module: nn.Module, _inputs: Any) -> None:
-        for unit in self._units_of[module]:
-            self._gather(unit)
+        self._use(module, "forward")
 
     def _post_forward(self, module: nn.Module, _inputs: Any, output: Any) -> None:
         for unit in self._units_of[module]:
@@ -318,8 +337,51 @@ class ZeRO(torch.optim.Optimizer):
 
     def _pre_backward(self, module: nn.Module, _grad: torch.Tensor | None = None) -> None:
         self._queue_finish()
+        self._use(module, "backward")
+
+    # -------------------------------------------------------------- stage 3: prefetch
+
+    def _use(self, module: nn.Module, phase: str) -> None:
+        """Gather `module`'s units (waiting for a prefetch already under way), then start the
+        gathers of the modules that come next in the recorded `phase` order."""
+        order = self._order[phase]
+        if self._recording and module not in order:
+            order.append(module)
         for unit in self._units_of[module]:
+            self._wait(unit)
             self._gather(unit)
+        if self._comm is not None and not self._recording:
+            for upcoming in order[order.index(module) + 1:]:
+                for unit in self._units_of[upcoming]:
+                    if len(self._inflight) >= self.prefetch:
+                        return
+                    if not unit.gathered and id(unit) not in self._inflight:
+                        self._inflight[id(unit)] = self._comm.submit(functools.partial(self._prefetch_job, unit))
+
+    def _prefetch_job(self, unit: FlatUnit, group: Any) -> CommStats:
+        """On the communication thread: gather `unit` on the thread's group; return what it sent."""
+        with comm_counter(this_thread=True) as stats:
+            self._gather(unit, group)
+        return stats
+
+    def _wait(self, unit: FlatUnit) -> None:
+        """If `unit` is being gathered on the thread, wait for it and count its bytes as training's."""
+        future = self._inflight.pop(id(unit), None)
+        if future is not None:
+            stats = future.wait()  # re-raises the thread's exception here
+            self.sent.bytes_sent += stats.bytes_sent
+            self.sent.messages += stats.messages
+
+    def _drain(self) -> None:
+        for unit in self.units:
+            self._wait(unit)
+
+    def close(self) -> None:
+        """Stop the prefetch thread and destroy its process group (collective; a no-op without prefetch)."""
+        if self._comm is not None:
+            self._drain()
+            self._comm.close()
+            self._comm = None
 
     # -------------------------------------------------------------- hooks and bookkeeping
 
@@ -355,7 +417,10 @@ class ZeRO(torch.optim.Optimizer):
         """Units whose gradients only partly arrived (a parameter unused in this forward) are
         reduce-scattered now, missing gradients counting as 0; every rank walks the units in the
         same order, so the collectives match. Units that got no gradient at all are left alone
-        (like torch, their parameters are skipped by the step). Stage 3 frees what is gathered."""
+        (like torch, their parameters are skipped by the step). Stage 3 frees what is gathered,
+        prefetched units included, and the first backward fixes the order prefetch follows."""
+        self._drain()
+        self._recording = False
         for unit in self.units:
             if 0 < unit.pending < len(unit.params):
                 self._reduce_scatter_unit(unit)
@@ -370,7 +435,7 @@ class ZeRO(torch.optim.Optimizer):
 
     @contextlib.contextmanager
     def _counting(self) -> Iterator[None]:
-        with comm_counter() as stats:
+        with comm_counter(this_thread=True) as stats:  # the prefetch thread's sends: `_wait`
             yield
         self.sent.bytes_sent += stats.bytes_sent
         self.sent.messages += stats.messages

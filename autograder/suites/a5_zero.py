@@ -38,6 +38,7 @@ from pathlib import Path
 from autograder import checks
 from autograder.attacks import IMPORTER, report_forger
 from autograder.manifest import Check, Group, Manifest, Planted, Task
+from autograder.pyparse import parse_python
 
 ZF = "zero_engine.py"
 STEM = "zero_engine"
@@ -631,7 +632,7 @@ NEEDS.update({name: ("shard_of", "unshard") + extra for names, extra in (
 
 def unimplemented(path: Path) -> set[str]:
     """The task functions of the file whose body still raises NotImplementedError (the stub's)."""
-    tree = ast.parse(path.read_text(errors="replace"))
+    tree = parse_python(path.read_text(errors="replace"), str(path))
     wanted = {f for t in MANIFEST.tasks for f in t.functions}
     return {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name in wanted
             and any(isinstance(st, ast.Raise) and "NotImplementedError" in ast.unparse(st) for st in node.body)}
