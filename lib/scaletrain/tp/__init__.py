@@ -7,6 +7,7 @@
     ParallelSelfAttention                       heads split over the ranks (attention.py)
     gather_from_sp / reduce_scatter_to_sp       sequence parallelism's all-gather / reduce-scatter pair (sequence.py)
     parallelize(gpt, tp_group, sequence_parallel=False)   the tiny GPT, converted in place (gpt.py)
+    TensorParallelDropout, keep_mask            dropout whose masks do not depend on the split (dropout.py)
     allreduce, all_gather, reduce_scatter       the wire: backend="ring" (ours, counted) or "torch" (collectives.py)
     shard / shard_like                          which slice of an unsharded weight a rank holds (shard.py)
 
@@ -27,6 +28,7 @@ from scaletrain.tp.attention import ParallelSelfAttention
 from scaletrain.tp.collectives import (BACKENDS, all_gather, allreduce, allreduce_max, reduce_scatter, split,
                                        tp_rank, tp_world_size)
 from scaletrain.tp.cross_entropy import VocabParallelCrossEntropy, vocab_parallel_cross_entropy
+from scaletrain.tp.dropout import TensorParallelDropout, keep_mask
 from scaletrain.tp.embedding import VocabParallelEmbedding, vocab_range
 from scaletrain.tp.gpt import (TensorParallelGPT, allreduce_sequence_parallel_grads, parallelize,
                                sequence_parallel_params)
@@ -47,4 +49,4 @@ __all__ = ["copy_to_tp", "reduce_from_tp", "gather_from_tp", "scatter_to_tp", "C
            "gather_from_sp", "reduce_scatter_to_sp", "sequence_gather_linear",
            "TensorParallelGPT", "parallelize", "allreduce_sequence_parallel_grads", "sequence_parallel_params",
            "BACKENDS", "allreduce", "allreduce_max", "all_gather", "reduce_scatter", "split", "tp_rank",
-           "tp_world_size", "shard", "shard_like", "mark_sharded"]
+           "tp_world_size", "shard", "shard_like", "mark_sharded", "TensorParallelDropout", "keep_mask"]

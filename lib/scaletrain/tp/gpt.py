@@ -21,8 +21,15 @@ layers' inputs in the backward (sequence.py).
 Under sequence parallelism the parameters applied to sequence shards (LayerNorms, the row layers'
 biases, the position embedding) get from each rank the gradient of its positions only: call
 `allreduce_sequence_parallel_grads(model, tp_group)` after backward, as Megatron does before the optimizer
-step (they are marked `param.sequence_parallel = True`). Dropout must be 0: equal results across
-ranks would need Megatron's per-region RNG tracker, which this course does not build.
+step (they are marked `param.sequence_parallel = True`).
+
+Dropout (the model's `cfg.dropout` > 0): the GPT's two dropouts per block become counter-based
+`TensorParallelDropout`s (dropout.py), numbered 2i (attention probabilities: split by heads) and
+2i + 1 (the MLP's output: replicated under tensor parallelism, split by positions under sequence
+parallelism), seeded by `dropout_seed`. Their masks are those of the unsplit tensors, so the t-rank
+model equals `parallelize(GPT(cfg, seed=...), None)`, the same conversion at t = 1, in one process.
+(The unconverted `scaletrain.models.GPT` draws from torch's generator: the same distribution, other
+masks.)
 
 The conversion is in place: the model's class becomes `TensorParallelGPT` (a GPT whose forward
 uses the vocabulary-parallel loss and returns this rank's slice of the logits, (b, s, V/t)).
@@ -39,6 +46,7 @@ from scaletrain.models import GPT
 from scaletrain.tp.attention import ParallelSelfAttention
 from scaletrain.tp.collectives import DEFAULT_BACKEND, allreduce, check_backend, divide, tp_rank, tp_world_size
 from scaletrain.tp.cross_entropy import vocab_parallel_cross_entropy
+from scaletrain.tp.dropout import TensorParallelDropout
 from scaletrain.tp.embedding import VocabParallelEmbedding
 from scaletrain.tp.layers import ColumnParallelLinear, RowParallelLinear
 from scaletrain.tp.shard import shard
@@ -98,9 +106,6 @@ def _check(model: GPT, t: int, sequence_parallel: bool) -> None:
     divide("parallelize: n_head", cfg.n_head, t)
     divide("parallelize: n_embd", cfg.n_embd, t)
     divide("parallelize: vocab_size", cfg.vocab_size, t)
-    if cfg.dropout:
-        raise ValueError(f"parallelize: dropout={cfg.dropout} is not supported (equal results across ranks "
-                         "need Megatron's per-region random-number tracker); use dropout=0")
     if sequence_parallel and model.lm_head.weight is not model.wte.weight:
         raise ValueError("parallelize: expected the GPT's tied wte / lm_head weights")
 
@@ -112,10 +117,11 @@ def _mark_sequence_parallel(*modules: nn.Module) -> None:
 
 
 def parallelize(model: GPT, tp_group: Any = None, *, sequence_parallel: bool = False,
-                backend: str = DEFAULT_BACKEND) -> TensorParallelGPT:
+                backend: str = DEFAULT_BACKEND, dropout_seed: int = 0) -> TensorParallelGPT:
     """Convert `model` in place to tensor parallelism over `tp_group` (None: every rank); return it.
 
-    Every rank of the group must call it on the same unsharded weights (e.g. `GPT(cfg, seed=0)`).
+    Every rank of the group must call it on the same unsharded weights (e.g. `GPT(cfg, seed=0)`) and
+    the same `dropout_seed` (the dropout masks' stream, when `cfg.dropout` > 0).
     ValueError when the heads, the hidden size or the vocabulary is not divisible by t, and, in
     the forward under sequence parallelism, when the sequence length is not.
     """
@@ -123,10 +129,15 @@ def parallelize(model: GPT, tp_group: Any = None, *, sequence_parallel: bool = F
     check_backend(backend)
     _check(model, t, sequence_parallel)
     kw = dict(tp_group=tp_group, sequence_parallel=sequence_parallel, backend=backend)
-    for block in model.blocks:
-        block.attn = ParallelSelfAttention.from_attention(block.attn, **kw)
+    r = tp_rank(tp_group)
+    for i, block in enumerate(model.blocks):
+        block.attn = ParallelSelfAttention.from_attention(block.attn, dropout_seed=dropout_seed, dropout_site=2 * i,
+                                                          **kw)
         block.mlp[0] = ColumnParallelLinear.from_linear(block.mlp[0], **kw)
         block.mlp[2] = RowParallelLinear.from_linear(block.mlp[2], input_is_parallel=True, **kw)
+        # after g: the whole (b, s, h) on every rank; after SP's reduce-scatter: this rank's positions
+        block.mlp[3] = TensorParallelDropout(block.mlp[3].p, seed=dropout_seed, site=2 * i + 1,
+                                             split_dim=1 if sequence_parallel else None, tp_rank=r, tp_world_size=t)
         if sequence_parallel:
             _mark_sequence_parallel(block.ln1, block.ln2)
     model.wte = VocabParallelEmbedding.from_embedding(model.wte, **kw)
