@@ -24,7 +24,7 @@ demo: setup
 # Two pytest workers, one test file (or notebook) at a time each.
 test: setup
 	$(BIN)/python -m autograder release --check
-	$(BIN)/python -m pytest -n 2 --dist loadfile
+	$(BIN)/python -m pytest -n 2
 
 selftest: setup
 	$(BIN)/python -m autograder selftest all

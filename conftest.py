@@ -15,12 +15,37 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    if hasattr(config, "workerinput"):  # an xdist worker: the long tests first (see below)
+        items.sort(key=lambda item: not _alone(item.nodeid))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU; none on this machine (GPU checks are not run here)")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`make test` runs `pytest -n 2`. A file's tests stay on one worker (its module-scoped spawn
+    runs once; a notebook's cells run in order in one kernel), except the long selftests
+    (`ALONE`), which any free worker takes one at a time, first, so the two workers share them
+    instead of one worker getting all of them at the end. (xdist's own `loadgroup` cannot
+    do this with pytest 9: it renames `item._nodeid`, which pytest 9 no longer reads.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FilesAndAloneTests(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return nodeid if _alone(nodeid) else nodeid.split("::", 1)[0]
+
+    config.option.loadscopereorder = False  # keep the workers' order: ALONE tests first
+    return FilesAndAloneTests(config, log)
+
+
+ALONE = ("tests/test_assignments.py::test_selftest_",)  # node-id prefixes: the scheduler sees only ids
+
+
+def _alone(nodeid: str) -> bool:
+    return nodeid.startswith(ALONE)
 
 
 @pytest.fixture(autouse=True, scope="session")

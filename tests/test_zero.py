@@ -112,9 +112,9 @@ def _check_accumulation(stage: int, size: int, group) -> None:
     rank = dist.get_rank(group)
     model = verify.make_model("gpt", 0)
     engine = ZeRO(model, optimizer_class=torch.optim.SGD, stage=stage, group=group, bucket_cap_mb=case.bucket_cap_mb,
-                  **verify.OPTIMIZERS["sgd_momentum"][1])
+                  **verify.OPTIMIZER_SETUPS["sgd_momentum"][1])
     ref = verify.make_model("gpt", 0)
-    ref_opt = torch.optim.SGD(ref.parameters(), **verify.OPTIMIZERS["sgd_momentum"][1])
+    ref_opt = torch.optim.SGD(ref.parameters(), **verify.OPTIMIZER_SETUPS["sgd_momentum"][1])
     for step in range(case.steps):
         engine.zero_grad()
         ref_opt.zero_grad()
@@ -149,7 +149,7 @@ def _check_round_trip(rank, groups, path, saved, loaded) -> None:
         return
     resumed = verify.Case(model=case.model, optimizer="adamw", stage=load_stage, steps=2 * K, seed=case.seed)
     model = verify.make_model(case.model, seed=99)  # other weights: everything must come from the file
-    cls, kwargs = verify.OPTIMIZERS["adamw"]
+    cls, kwargs = verify.OPTIMIZER_SETUPS["adamw"]
     engine = ZeRO(model, optimizer_class=cls, stage=load_stage, group=groups[load_size],
                   param_groups=verify.param_groups(case.model, model), bucket_cap_mb=case.bucket_cap_mb,
                   **{**kwargs, "lr": 0.5})

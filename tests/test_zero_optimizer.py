@@ -28,7 +28,7 @@ def _warmup_decay(step: int) -> float:
 
 
 def _zero(model, case: verify.Case, **options) -> ZeRO:
-    cls, kwargs = verify.OPTIMIZERS[case.optimizer]
+    cls, kwargs = verify.OPTIMIZER_SETUPS[case.optimizer]
     return ZeRO(model, optimizer_class=cls, stage=case.stage, param_groups=verify.param_groups(case.model, model),
                 bucket_cap_mb=case.bucket_cap_mb, **{**kwargs, **options})
 
@@ -93,7 +93,7 @@ def _check_from_parameters(stage: int) -> None:
     are: the parameters equal one process, and `state_dict()` is the plain optimizer's."""
     case = verify.Case(model="groups", optimizer="adamw", stage=stage)
     model = verify.make_model(case.model, case.seed)
-    cls, kwargs = verify.OPTIMIZERS[case.optimizer]
+    cls, kwargs = verify.OPTIMIZER_SETUPS[case.optimizer]
     engine = ZeRO(verify.param_groups(case.model, model), optimizer_class=cls, stage=stage,
                   bucket_cap_mb=case.bucket_cap_mb, **kwargs)
     for step in range(case.steps):
@@ -116,7 +116,7 @@ def _check_state_dict_round_trip() -> None:
     saved = first.state_dict()
     ref_model, ref_opt = verify.run_reference(case, WORLD)
     _assert_state_dicts_close(saved, ref_opt.state_dict(), rtol=verify.RTOL["adamw"])
-    plain = torch.optim.AdamW(ref_model.parameters(), **verify.OPTIMIZERS["adamw"][1])
+    plain = torch.optim.AdamW(ref_model.parameters(), **verify.OPTIMIZER_SETUPS["adamw"][1])
     plain.load_state_dict(saved)
     _assert_state_dicts_close(plain.state_dict(), saved, rtol=0.0)
     model = verify.make_model(case.model, seed=99)  # other weights: they come from the first run
@@ -134,7 +134,7 @@ def _check_add_param_group() -> None:
     bucket_cap_mb=None gives one flat unit per group."""
     case = verify.Case(model="mlp", optimizer="sgd_momentum", stage=1)
     model, ref = verify.make_model(case.model, case.seed), verify.make_model(case.model, case.seed)
-    cls, kwargs = verify.OPTIMIZERS[case.optimizer]
+    cls, kwargs = verify.OPTIMIZER_SETUPS[case.optimizer]
     engine = ZeRO(list(model[0].parameters()), optimizer_class=cls, stage=1, bucket_cap_mb=None, **kwargs)
     engine.add_param_group({"params": list(model[2].parameters()), "lr": 0.02})
     plain = cls(list(ref[0].parameters()), **kwargs)

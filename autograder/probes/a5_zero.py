@@ -39,7 +39,7 @@ from autograder.wire import short
 TORCH_COLLECTIVES = ("torch.distributed.all_reduce", "torch.distributed.all_gather",
                      "torch.distributed.all_gather_into_tensor", "torch.distributed.reduce_scatter",
                      "torch.distributed.reduce_scatter_tensor", "torch.distributed.broadcast")
-OPTIMIZERS = {"adamw": "AdamW", "sgd_momentum": "SGD"}  # name -> torch.optim class name
+OPTIMIZER_CLASS_NAMES = {"adamw": "AdamW", "sgd_momentum": "SGD"}  # name -> torch.optim class name
 
 
 # ---------------------------------------------------------------- models (shared with the trusted side)
@@ -241,7 +241,7 @@ def _train(zm, job: dict, group, sent: SentBytes) -> dict:
     from scaletrain.zero.verify import micro_batch_loss
 
     model, groups = build_model(job["model"], job["seed"])
-    optimizer_class = getattr(torch.optim, OPTIMIZERS[job["optimizer"]])
+    optimizer_class = getattr(torch.optim, OPTIMIZER_CLASS_NAMES[job["optimizer"]])
     stage, seed, trace = job["stage"], job["seed"], job["trace"]
     engine = zm.ZeRO(model, optimizer_class=optimizer_class, stage=stage, group=group, param_groups=groups,
                      bucket_cap_mb=job["bucket_cap_mb"], **job["options"])

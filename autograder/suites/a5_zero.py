@@ -221,8 +221,8 @@ KIND = {"adamw": "adam", "sgd_momentum": "sgd_momentum"}  # scaletrain.memory's 
 
 
 def _options(optimizer: str) -> dict:
-    from scaletrain.zero.verify import OPTIMIZERS
-    return dict(OPTIMIZERS[optimizer][1])
+    from scaletrain.zero.verify import OPTIMIZER_SETUPS
+    return dict(OPTIMIZER_SETUPS[optimizer][1])
 
 
 def _job(model: str, optimizer: str, stage: int, size: int, seed: int) -> dict:
@@ -334,11 +334,11 @@ class _Reference:
 def _reference_run(job: dict):
     import torch
     from autograder.probes.a5_zero import build_model
-    from scaletrain.zero.verify import OPTIMIZERS, micro_batch_loss
+    from scaletrain.zero.verify import OPTIMIZER_SETUPS, micro_batch_loss
 
     model, groups = build_model(job["model"], job["seed"])
     trainable = [p for p in model.parameters() if p.requires_grad]
-    opt = OPTIMIZERS[job["optimizer"]][0](groups if groups is not None else trainable, **job["options"])
+    opt = OPTIMIZER_SETUPS[job["optimizer"]][0](groups if groups is not None else trainable, **job["options"])
     size, snapshots = job["size"], []
     for step in range(job["steps"]):
         total = [torch.zeros_like(p) for p in trainable]

@@ -66,11 +66,11 @@ from scaletrain.tp.gpt import (TensorParallelGPT, allreduce_sequence_parallel_gr
                                sequence_parallel_params)
 from scaletrain.zero import ZeRO, expected_memory, unshard
 
-__all__ = ["TrainConfig", "OPTIMIZERS", "ZERO_STAGES", "corpus", "batch", "Stage", "train_rank", "reference",
+__all__ = ["TrainConfig", "OPTIMIZER_CLASSES", "ZERO_STAGES", "corpus", "batch", "Stage", "train_rank", "reference",
            "zero_summary", "main"]
 
 REPO = Path(__file__).resolve().parents[2]
-OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
+OPTIMIZER_CLASSES = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
 ZERO_STAGES = (0, 1, 2, 3)  # 0: plain data parallelism (the flat allreduce below)
 
 
@@ -87,7 +87,7 @@ class TrainConfig:
     n_head: int = 4
     n_embd: int = 64
     lr: float = 3e-3
-    optimizer: str = "adamw"      # a key of OPTIMIZERS (plain SGD: errors stay linear in rounding, for tight tests)
+    optimizer: str = "adamw"      # a key of OPTIMIZER_CLASSES (plain SGD: errors stay linear in rounding, for tight tests)
     seed: int = 0
     sequence_parallel: bool = False
     schedule: str = "1f1b"
@@ -96,8 +96,8 @@ class TrainConfig:
     def __post_init__(self):
         if self.n_layer % self.pp:
             raise ValueError(f"TrainConfig: n_layer={self.n_layer} must be divisible by pp={self.pp} (equal stages)")
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"TrainConfig: optimizer must be one of {sorted(OPTIMIZERS)}, got {self.optimizer!r}")
+        if self.optimizer not in OPTIMIZER_CLASSES:
+            raise ValueError(f"TrainConfig: optimizer must be one of {sorted(OPTIMIZER_CLASSES)}, got {self.optimizer!r}")
         if isinstance(self.zero, bool) or self.zero not in ZERO_STAGES:
             raise ValueError(f"TrainConfig: --zero must be one of {ZERO_STAGES} (0: plain data parallelism), "
                              f"got {self.zero!r}")
@@ -259,7 +259,7 @@ def _zero(cfg: TrainConfig, stage: Stage, tied: nn.Parameter, dp_group) -> ZeRO:
     groups = [{"params": [p for p in params if p is not tied]}]
     if any(p is tied for p in params):
         groups.insert(0, {"params": [tied]})
-    return ZeRO(stage, optimizer_class=OPTIMIZERS[cfg.optimizer], stage=cfg.zero, group=dp_group,
+    return ZeRO(stage, optimizer_class=OPTIMIZER_CLASSES[cfg.optimizer], stage=cfg.zero, group=dp_group,
                 param_groups=groups, lr=cfg.lr)
 
 
@@ -316,7 +316,7 @@ def zero_summary(memory: dict, cfg: TrainConfig) -> str:
 
 
 def _optimizer(cfg: TrainConfig, params: list) -> torch.optim.Optimizer:
-    return OPTIMIZERS[cfg.optimizer](params, lr=cfg.lr)
+    return OPTIMIZER_CLASSES[cfg.optimizer](params, lr=cfg.lr)
 
 
 def reference(cfg: TrainConfig) -> dict:
@@ -347,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sp", action="store_true", help="sequence parallelism on the tp group")
     parser.add_argument("--zero", type=int, choices=ZERO_STAGES, default=0,
                         help="ZeRO stage on the dp group (default 0: plain data parallelism; 2 and 3 need --pp 1)")
-    parser.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="adamw")
+    parser.add_argument("--optimizer", choices=sorted(OPTIMIZER_CLASSES), default="adamw")
     args = parser.parse_args(argv)
     try:
         cfg = TrainConfig(dp=args.dp, pp=args.pp, tp=args.tp, steps=args.steps, schedule=args.schedule,

@@ -27,7 +27,7 @@ from scaletrain import testing
 from scaletrain.models import GPT, MLP, GPTConfig, make_batch
 from scaletrain.testing import agree, agreed, mean_gradients
 
-__all__ = ["Case", "MODELS", "OPTIMIZERS", "make_model", "param_groups", "micro_batch_loss",
+__all__ = ["Case", "MODELS", "OPTIMIZER_SETUPS", "make_model", "param_groups", "micro_batch_loss",
            "run_reference", "run_zero", "train_steps", "compare", "assert_close", "RTOL", "agree", "agreed"]
 
 GPT_CFG = GPTConfig(vocab_size=61, block_size=12, n_layer=2, n_head=2, n_embd=12)
@@ -46,7 +46,9 @@ MODELS: dict[str, Callable[[int], nn.Module]] = {
     "groups": lambda seed: frozen_first_layer(MLP([6, 9, 10, 3], seed=seed)),
 }
 GROUPED = {"groups"}  # models trained with two param groups (see `param_groups`)
-OPTIMIZERS: dict[str, tuple[type, dict[str, Any]]] = {
+# name -> (torch optimizer class, its options) of the test cases; `scaletrain.memory.OPTIMIZERS` are the
+# names the memory model knows, `scaletrain.train.OPTIMIZER_CLASSES` the capstone's choices
+OPTIMIZER_SETUPS: dict[str, tuple[type, dict[str, Any]]] = {
     "adamw": (torch.optim.AdamW, {"lr": 1e-2, "weight_decay": 0.1}),
     "sgd_momentum": (torch.optim.SGD, {"lr": 0.05, "momentum": 0.9}),
 }
@@ -67,8 +69,8 @@ class Case:
     def __post_init__(self):
         if self.model not in MODELS:
             raise ValueError(f"Case: model must be one of {sorted(MODELS)}, got {self.model!r}")
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"Case: optimizer must be one of {sorted(OPTIMIZERS)}, got {self.optimizer!r}")
+        if self.optimizer not in OPTIMIZER_SETUPS:
+            raise ValueError(f"Case: optimizer must be one of {sorted(OPTIMIZER_SETUPS)}, got {self.optimizer!r}")
 
 
 def make_model(name: str, seed: int) -> nn.Module:
@@ -97,7 +99,7 @@ def micro_batch_loss(model: nn.Module, *, seed: int, step: int, rank: int) -> to
 
 
 def _optimizer(case: Case, params) -> torch.optim.Optimizer:
-    cls, kwargs = OPTIMIZERS[case.optimizer]
+    cls, kwargs = OPTIMIZER_SETUPS[case.optimizer]
     return cls(params, **kwargs)
 
 
@@ -126,7 +128,7 @@ def run_zero(case: Case, group: Any = None, zero_cls: Callable | None = None, **
     if zero_cls is None:
         from scaletrain.zero import ZeRO as zero_cls
     model = make_model(case.model, case.seed)
-    cls, kwargs = OPTIMIZERS[case.optimizer]
+    cls, kwargs = OPTIMIZER_SETUPS[case.optimizer]
     engine = zero_cls(model, optimizer_class=cls, stage=case.stage, group=group,
                       param_groups=param_groups(case.model, model), bucket_cap_mb=case.bucket_cap_mb,
                       **kwargs, **zero_kwargs)
