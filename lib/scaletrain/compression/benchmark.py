@@ -36,10 +36,11 @@ import torch
 import torch.distributed as dist
 
 from scaletrain import bench
-from scaletrain.comm import comm_counter
+from scaletrain.comm import comm_counter, ring_allreduce
 from scaletrain.compression.hook import compressed_data_parallel
 from scaletrain.compression.onebit import OneBitEF, onebit_bytes
-from scaletrain.compression.onebit_adam import OneBitAdam, compressed_allreduce_bytes
+from scaletrain.compression.onebit_adam import (CompressedAllreduceState, OneBitAdam, compressed_allreduce,
+                                                compressed_allreduce_bytes)
 from scaletrain.compression.powersgd import PowerSGD, powersgd_payloads
 from scaletrain.dp.data_parallel import DataParallel
 from scaletrain.dp.naive import broadcast_module
@@ -51,6 +52,11 @@ BATCH_PER_RANK = 8
 CAP_MB = 1.0
 LR = 3e-3
 METHODS = ("adam (DP)", "powersgd r=1", "powersgd r=4", "1-bit EF", "1-bit Adam")
+# the compression hooks by method name; the "no EF" pairs show what error feedback is for (notebook 08)
+HOOKS = {"powersgd r=1": lambda: PowerSGD(rank=1), "powersgd r=4": lambda: PowerSGD(rank=4),
+         "1-bit EF": lambda: OneBitEF(), "powersgd r=1, no EF": lambda: PowerSGD(rank=1, error_feedback=False),
+         "1-bit EF, 64/scale": lambda: OneBitEF(chunk_numel=64),
+         "1-bit, 64/scale, no EF": lambda: OneBitEF(chunk_numel=64, error_feedback=False)}
 
 
 def _make(method: str, steps: int):
@@ -62,13 +68,14 @@ def _make(method: str, steps: int):
     if method == "adam (DP)":
         model = DataParallel(module, bucket_cap_mb=CAP_MB, allreduce="ring")
         return model, torch.optim.Adam(model.parameters(), lr=LR)
-    hook = {"powersgd r=1": lambda: PowerSGD(rank=1), "powersgd r=4": lambda: PowerSGD(rank=4),
-            "1-bit EF": lambda: OneBitEF()}[method]()
-    model = compressed_data_parallel(module, hook, bucket_cap_mb=CAP_MB)
+    if method not in HOOKS:
+        raise ValueError(f"unknown method {method!r}; choose from adam (DP), 1-bit Adam, {', '.join(HOOKS)}")
+    model = compressed_data_parallel(module, HOOKS[method](), bucket_cap_mb=CAP_MB)
     return model, torch.optim.Adam(model.parameters(), lr=LR)
 
 
-def _batch(tokens: torch.Tensor, step: int, rank: int, p: int):
+def batch(tokens: torch.Tensor, step: int, rank: int, p: int):
+    """Rank `rank`'s share of step `step`'s batch: the same sequences for every method (seeded by step)."""
     gen = torch.Generator().manual_seed(10_007 * step + 1)
     starts = torch.randint(0, len(tokens) - CFG.block_size - 1, (p * BATCH_PER_RANK,), generator=gen)
     mine = starts[rank * BATCH_PER_RANK:(rank + 1) * BATCH_PER_RANK].tolist()
@@ -84,15 +91,15 @@ def _formula_bytes(model, method: str, p: int) -> int:
         shapes, n = [q.shape for q in b.params], b.buffer.numel()
         if method == "adam (DP)":
             total += 2 * (p - 1) * -(-n // p) * 4
-        elif method.startswith("powersgd"):
-            total += sum(2 * (p - 1) * -(-k // p) * 4 for k in powersgd_payloads(shapes, int(method[-1])))
+        elif isinstance(model.compression_hook, PowerSGD):
+            total += sum(2 * (p - 1) * -(-k // p) * 4 for k in powersgd_payloads(shapes, model.compression_hook.rank))
         else:
             total += onebit_bytes(n, p)
     return total
 
 
 def _step(model, opt, tokens, step: int, rank: int, p: int) -> tuple[float, int, float]:
-    x, y = _batch(tokens, step, rank, p)
+    x, y = batch(tokens, step, rank, p)
     t0 = time.perf_counter()
     with comm_counter() as c:
         loss = model(x, y)[1]
@@ -104,13 +111,33 @@ def _step(model, opt, tokens, step: int, rank: int, p: int) -> tuple[float, int,
     return loss.item(), c.bytes_sent, time.perf_counter() - t0
 
 
-def _rank(rank: int, p: int, steps: int, reps: int) -> dict[str, Any]:
+def _sync(model, method: str):
+    """f(flat gradients) running one step's gradient synchronization of `method` alone."""
+    if method == "1-bit Adam":
+        state = CompressedAllreduceState()
+        return lambda flat: compressed_allreduce(flat, state)
+    hook = getattr(model, "compression_hook", None)
+    jobs = [(b.index, b.buffer.numel(), [q.shape for q in b.params]) for b in model.buckets]
+
+    def sync(flat):
+        o = 0
+        for index, n, shapes in jobs:
+            if hook is None:
+                ring_allreduce(flat[o:o + n])
+            else:
+                hook.reduce(index, flat[o:o + n], shapes)
+            o += n
+    return sync
+
+
+def _rank(rank: int, p: int, steps: int, reps: int, methods: tuple[str, ...] = METHODS,
+          ring_sizes: tuple[int, ...] = ()) -> dict[str, Any]:
     from scaletrain.train import corpus
 
     tokens = corpus()
     out: dict[str, Any] = {"methods": {}}
     models = {}
-    for method in METHODS:
+    for method in methods:
         model, opt = _make(method, steps)
         losses, sent = [], []
         for step in range(steps):
@@ -122,20 +149,45 @@ def _rank(rank: int, p: int, steps: int, reps: int) -> dict[str, Any]:
             sent.append(int(both[1].item()))
         models[method] = (model, opt)
         out["methods"][method] = dict(losses=losses, sent=sent, formula=_formula_bytes(model, method, p),
-                                      buckets=len(getattr(model, "buckets", ())))
-    times = {m: [] for m in METHODS}
+                                      buckets=len(getattr(model, "buckets", ())),
+                                      bucket_shapes=[[tuple(q.shape) for q in b.params]
+                                                     for b in getattr(model, "buckets", ())])
+    times = {m: [] for m in methods}
     for rep in range(reps):  # alternate: every method's step i beside the baseline's step i
-        for method in METHODS:
+        for method in methods:
             model, opt = models[method]
             t = torch.tensor([_step(model, opt, tokens, steps + rep, rank, p)[2]])
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             times[method].append(t.item())
-    for method in METHODS:
+    # the synchronization alone, timed alternately with DataParallel's ring allreduce on the same
+    # gradient copies: what a compressor adds besides its (loopback) transfer is its compute
+    baseline = _sync(models[methods[0]][0], methods[0])
+    n = out["n_params"] = sum(q.numel() for q in models[methods[0]][0].parameters())
+    gen = torch.Generator().manual_seed(rank)
+    for method in methods:
         out["methods"][method]["times"] = times[method]
+        if reps:
+            sync = bench.compare(_sync(models[method][0], method), baseline, warmup=1, reps=2 * reps,
+                                 setup=lambda: (torch.randn(n, generator=gen),), group=dist.group.WORLD)
+            out["methods"][method]["sync"] = (sync.candidate.median, sync.baseline.median)
         if hasattr(models[method][0], "close"):
             models[method][0].close()
-    out["n_params"] = sum(q.numel() for q in models[METHODS[0]][0].parameters())
+    # (bytes, seconds) of our ring allreduce (slowest rank): the samples of module 2's α–β fit
+    out["ring"] = [(n * 4, bench.time_fn(ring_allreduce, setup=lambda n=n: (torch.ones(n),), warmup=1, reps=5,
+                                         group=dist.group.WORLD).median) for n in ring_sizes]
     return out
+
+
+def run(world_size: int = 2, *, steps: int = 30, reps: int = 5, methods: tuple[str, ...] = METHODS,
+        ring_sizes: tuple[int, ...] = ()) -> dict[str, Any]:
+    """One spawn: every method trained `steps` steps on the same batches, then `reps` steps of each
+    timed alternately, each method's synchronization alone timed against the first method's (DataParallel's
+    ring allreduce, on the same gradients), then our ring allreduce timed at `ring_sizes` elements.
+    Returns rank 0's {"methods": {name: {losses, sent, formula, bucket_shapes, times, sync}}, "n_params",
+    "ring"}, sync = (median seconds of the method's synchronization, of the baseline's beside it).
+    The first method is the baseline of the benchmark's ratios."""
+    return spawn(_rank, world_size, steps, reps, tuple(methods), tuple(ring_sizes),
+                 timeout_s=120 + 6 * len(methods) * (steps + reps))[0]
 
 
 def _plot(results: dict[int, dict], name: str):
@@ -177,8 +229,7 @@ def main(argv: list[str]) -> int:
         parser.error(str(exc))
     print(f"tiny GPT L={CFG.n_layer} h={CFG.n_embd} s={CFG.block_size}, {BATCH_PER_RANK} sequences per rank, "
           f"Adam lr {LR}, bucket cap {CAP_MB} MiB, {args.steps} steps, {args.reps} timed reps, gloo, 1 thread per rank")
-    results = {p: spawn(_rank, p, args.steps, args.reps, timeout_s=120 + 6 * (args.steps + args.reps))[0]
-               for p in world_sizes}
+    results = {p: run(p, steps=args.steps, reps=args.reps) for p in world_sizes}
     rows = []
     for p, res in results.items():
         base = res["methods"][METHODS[0]]

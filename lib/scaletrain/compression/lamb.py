@@ -36,6 +36,10 @@ class LAMB(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
+        """One LAMB step (module doc). Per parameter, after Adam's moments (given): the update u
+        with decoupled weight decay, the trust ratio ‖x‖/‖u‖ (1 when either norm is 0; at most
+        `max_trust` when set), recorded as a float in `self.state[x]["trust_ratio"]`, and
+        x ← x − lr · trust · u."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -60,6 +64,7 @@ class LAMB(torch.optim.Optimizer):
                 else:
                     m_hat, v_hat = m, v
                 u = m_hat / (v_hat.sqrt() + group["eps"])
+                # BEGIN SOLUTION
                 if group["weight_decay"]:
                     u.add_(x, alpha=group["weight_decay"])
                 w_norm, u_norm = torch.linalg.vector_norm(x), torch.linalg.vector_norm(u)
@@ -68,4 +73,5 @@ class LAMB(torch.optim.Optimizer):
                     trust = trust.clamp(max=group["max_trust"])
                 state["trust_ratio"] = float(trust)
                 x.sub_(u * (group["lr"] * trust))
+                # END SOLUTION
         return loss

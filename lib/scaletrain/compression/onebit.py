@@ -80,24 +80,37 @@ class OneBitEF:
         self.errors: dict[int, torch.Tensor] = {}
 
     def compress(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(packed sign words, per-chunk scales) of a flat float tensor."""
+        """(packed sign words, per-chunk scales) of a flat float tensor: `pack_signs(x)` and, for
+        each of the k = ⌈n / chunk_numel⌉ chunks of ⌈n/k⌉ elements (the last one shorter), the
+        float32 mean of |x| over the chunk's own elements."""
+        # BEGIN SOLUTION
         n, k = x.numel(), _chunks(x.numel(), self.chunk_numel)
         c = math.ceil(n / k)
         a = torch.cat([x.abs().float(), x.new_zeros((-n) % c, dtype=torch.float32)]).view(k, c)
         counts = torch.full((k,), float(c))
         counts[-1] = n - c * (k - 1)
         return pack_signs(x), a.sum(dim=1) / counts
+        # END SOLUTION
 
     def decompress(self, words: torch.Tensor, scales: torch.Tensor, n: int) -> torch.Tensor:
+        """C(x) from `compress`'s output: ±scale of its chunk for each of the n elements (float32)."""
+        # BEGIN SOLUTION
         k = scales.numel()
         c = math.ceil(n / k)
         return unpack_signs(words, n) * scales.repeat_interleave(c)[:n]
+        # END SOLUTION
 
     def reduce(self, index: int, flat: torch.Tensor, shapes: Sequence[torch.Size] = ()) -> torch.Tensor:
+        """Bucket `index`'s local gradient -> (1/p) Σ_w C(g_w + e_w), identical on every rank; the
+        error memory `self.errors[index]` (float32, flat) is e_w ← x_w − C(x_w). One ring
+        all-gather of [sign words, scales] per call (given); `flat` is not modified."""
         p = dist.get_world_size(self.group)
         x = flat.float().clone()
-        if self.error_feedback and index in self.errors:
-            x.add_(self.errors[index])
+        if self.error_feedback:
+            # BEGIN SOLUTION
+            if index in self.errors:
+                x.add_(self.errors[index])
+            # END SOLUTION
         n = x.numel()
         words, scales = self.compress(x)
         message = torch.cat([words, scales.view(torch.int32)])
@@ -108,5 +121,7 @@ class OneBitEF:
             out += self.decompress(gathered[w, :nw], gathered[w, nw:].contiguous().view(torch.float32), n)
         out.div_(p)
         if self.error_feedback:
+            # BEGIN SOLUTION
             self.errors[index] = x - self.decompress(words, scales, n)
+            # END SOLUTION
         return out.to(flat.dtype)

@@ -45,6 +45,7 @@ def orthogonalize(matrix: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
 
     Column i is normalized (÷ (‖col‖ + eps), eps guards a zero column), then its projection is
     removed from columns i+1..r-1. Equals the Q of a QR decomposition with diag(R) > 0."""
+    # BEGIN SOLUTION
     r = matrix.shape[1]
     for i in range(r):
         col = matrix[:, i:i + 1]
@@ -53,6 +54,7 @@ def orthogonalize(matrix: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
             rest = matrix[:, i + 1:]
             rest.sub_(col * (col * rest).sum(dim=0, keepdim=True))
     return matrix
+    # END SOLUTION
 
 
 def should_compress(n: int, m: int, rank: int, min_compression_rate: float = 2.0) -> bool:
@@ -116,6 +118,13 @@ class PowerSGD:
         return orthogonalize(q, self.eps)
 
     def reduce(self, index: int, flat: torch.Tensor, shapes: Sequence[torch.Size]) -> torch.Tensor:
+        """Bucket `index`'s local gradient `flat` (the parameters of `shapes`, concatenated) -> the
+        synchronized gradient, identical on every rank (module doc, the algorithm line by line).
+
+        State, per bucket: `self.errors[index]` (e_w, flat like `flat`, absent before the first
+        compressed step) and `self.q_memory[index]` (one m × r Q per compressed matrix, in bucket
+        order). Exactly three `self.allreduce` calls (sums): the uncompressed tensors, then all
+        P's concatenated, then all Q's; the first one is given. `flat` is not modified."""
         p = dist.get_world_size(self.group)
         step = self.steps.get(index, 0)
         self.steps[index] = step + 1
@@ -124,8 +133,11 @@ class PowerSGD:
             self.allreduce(out)
             return out.div_(p)
         x = flat.clone()
-        if self.error_feedback and index in self.errors:
-            x.add_(self.errors[index])
+        if self.error_feedback:
+            # BEGIN SOLUTION
+            if index in self.errors:
+                x.add_(self.errors[index])
+            # END SOLUTION
         # split the bucket into matrices to compress and tensors sent as they are
         offsets, o = [], 0
         for shape in shapes:
@@ -152,6 +164,9 @@ class PowerSGD:
             if not self.warm_start or index not in self.q_memory:
                 self.q_memory[index] = [self._initial_q(index, k, M.shape[1], r, x) for k, M, r in compress]
             qs = self.q_memory[index]
+            # P_w = M_w Q for every matrix, one message (allreduce #1) -> P̂ -> Q_w = M_wᵀ P̂, one message
+            # (allreduce #2, then ÷ p) -> out = P̂ Qᵀ in place of each matrix; the Q's become the bucket's memory
+            # BEGIN SOLUTION
             p_flat = torch.cat([(M @ q).reshape(-1) for (_, M, _), q in zip(compress, qs)])
             self.allreduce(p_flat)  # allreduce #1: all P's of the bucket
             p_hats, pos = [], 0
@@ -171,6 +186,9 @@ class PowerSGD:
                 out[off:off + M.numel()] = (ph @ q.t()).reshape(-1)
                 new_qs.append(q.clone())
             self.q_memory[index] = new_qs
+            # END SOLUTION
         if self.error_feedback:
+            # BEGIN SOLUTION
             self.errors[index] = x - out
+            # END SOLUTION
         return out

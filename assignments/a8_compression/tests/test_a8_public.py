@@ -1,0 +1,142 @@
+"""Public tests of a8: PowerSGD and the 1-bit compressor on 2 gloo ranks against a direct computation
+(torch.linalg.qr on every rank's gathered input), LAMB against Algorithm 2 written out.
+
+One spawn of 2 ranks per distributed task. The grader runs more: hidden bucket
+layouts and ranks, several steps of two buckets (per-bucket memory and warm Q), the messages and
+bytes, 30 steps of a drifting gradient (the accumulated bias), hidden chunk sizes, hidden LAMB
+layers and settings. Run one task with `pytest assignments/a8_compression -m task8_1`.
+"""
+
+import math
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from autograder.checks import student_module
+from scaletrain.comm import comm_counter
+from scaletrain.compression.onebit import pack_signs
+from scaletrain.launch import spawn
+
+ps = student_module("powersgd", default=__file__)
+ob = student_module("onebit", default=__file__)
+lb = student_module("lamb", default=__file__)
+P = 2
+SHAPES = [torch.Size((16, 12)), torch.Size((7,)), torch.Size((20, 10))]
+N = sum(math.prod(s) for s in SHAPES)
+
+
+def _gather(x):
+    out = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, x)
+    return out
+
+
+def _powersgd(rank):
+    """Two steps of one bucket at rank 2: the output and the memory after each, against QR."""
+    r, gen, qgen = 2, torch.Generator().manual_seed(100 + rank), torch.Generator().manual_seed(7)
+    q = {0: torch.randn(12, r, generator=qgen), 2: torch.randn(10, r, generator=qgen)}
+    hook = ps.PowerSGD(rank=r)
+    hook.q_memory[0] = [q[0].clone(), q[2].clone()]
+    memory = torch.zeros(N)
+    for step in range(2):
+        g = torch.randn(N, generator=gen)
+        with comm_counter() as c:
+            out = hook.reduce(0, g.clone(), SHAPES)
+        xs, ref, o = _gather(g + memory), torch.empty(N), 0
+        for k, shape in enumerate(SHAPES):
+            numel = math.prod(shape)
+            parts = [x[o:o + numel] for x in xs]
+            if k in q:
+                p_hat, rr = torch.linalg.qr(sum(t.view(shape[0], -1) @ q[k] for t in parts))
+                p_hat = p_hat * torch.sign(torch.diagonal(rr))
+                q[k] = sum(t.view(shape[0], -1).t() @ p_hat for t in parts) / P
+                ref[o:o + numel] = (p_hat @ q[k].t()).reshape(-1)
+            else:
+                ref[o:o + numel] = sum(parts) / P
+            o += numel
+        memory = g + memory - ref
+        torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5, msg=f"step {step}: the output")
+        torch.testing.assert_close(hook.errors[0], memory, rtol=1e-4, atol=1e-5,
+                                   msg=f"step {step}: errors[0] must be M − output")
+        sent = sum(2 * (P - 1) * math.ceil(k / P) * 4 for k in (7, (16 + 20) * r, (12 + 10) * r))
+        assert c.bytes_sent == sent, f"step {step}: sent {c.bytes_sent} B, three ring allreduces send {sent} B"
+
+
+def _onebit(rank):
+    """Two steps at 2 scales per bucket: mean of the ranks' C(g + e) and e = x − C(x)."""
+    n, gen = 101, torch.Generator().manual_seed(200 + rank)
+    hook = ob.OneBitEF(chunk_numel=60)
+    memory = torch.zeros(n)
+    for step in range(2):
+        g = torch.randn(n, generator=gen)
+        with comm_counter() as c:
+            out = hook.reduce(5, g.clone())
+        x = g + memory
+        scales = torch.stack([x[:51].abs().mean(), x[51:].abs().mean()])
+        cx = torch.where(x >= 0, 1.0, -1.0) * scales.repeat_interleave(51)[:n]
+        torch.testing.assert_close(out, sum(_gather(cx)) / P, msg=f"step {step}: the output")
+        memory = x - cx
+        torch.testing.assert_close(hook.errors[5], memory, msg=f"step {step}: errors[5] must be x − C(x)")
+        assert c.bytes_sent == (P - 1) * 4 * (math.ceil(n / 32) + 2)
+
+
+def _rank(rank, world_size, tasks):
+    global ps, ob
+    ps, ob = student_module("powersgd"), student_module("onebit")  # the folder from $AUTOGRADER_SUBMISSION
+    for task in tasks:
+        {"8.1": _powersgd, "8.2": _onebit}[task](rank)
+
+
+@pytest.mark.task8_1
+def test_task8_1_orthogonalize_is_qr():
+    a = torch.randn(9, 3, generator=torch.Generator().manual_seed(0))
+    q, r = torch.linalg.qr(a)
+    got = ps.orthogonalize(a.clone())
+    torch.testing.assert_close(got, q * torch.sign(torch.diagonal(r)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.task8_1
+def test_task8_1_powersgd_two_steps_on_two_ranks():
+    spawn(_rank, P, ["8.1"], timeout_s=90)
+
+
+@pytest.mark.task8_2
+def test_task8_2_compress_decompress():
+    x = torch.tensor([0.5, -2.0, 0.0, 1.5, -1.0])
+    words, scales = ob.OneBitEF(chunk_numel=3).compress(x)
+    assert torch.equal(words, pack_signs(x))
+    torch.testing.assert_close(scales, torch.tensor([2.5 / 3, 2.5 / 2]))
+    torch.testing.assert_close(ob.OneBitEF(chunk_numel=3).decompress(words, scales, 5),
+                               torch.tensor([2.5 / 3, -2.5 / 3, 2.5 / 3, 1.25, -1.25]))
+
+
+@pytest.mark.slow
+@pytest.mark.task8_2
+def test_task8_2_onebit_two_steps_on_two_ranks():
+    spawn(_rank, P, ["8.2"], timeout_s=90)
+
+
+@pytest.mark.task8_3
+def test_task8_3_lamb_matches_algorithm_2():
+    gen = torch.Generator().manual_seed(3)
+    x0 = [torch.randn(6, 4, generator=gen), torch.randn(5, generator=gen) * 0.01]
+    params = [torch.nn.Parameter(x.clone()) for x in x0]
+    opt = lb.LAMB(params, lr=0.02, weight_decay=0.1)
+    xs, ms, vs = [x.clone() for x in x0], [torch.zeros_like(x) for x in x0], [torch.zeros_like(x) for x in x0]
+    for t in range(1, 4):
+        grads = [torch.randn(x.shape, generator=gen) for x in x0]
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        opt.step()
+        for i, g in enumerate(grads):
+            ms[i] = 0.9 * ms[i] + 0.1 * g
+            vs[i] = 0.999 * vs[i] + 0.001 * g * g
+            u = (ms[i] / (1 - 0.9 ** t)) / ((vs[i] / (1 - 0.999 ** t)).sqrt() + 1e-6) + 0.1 * xs[i]
+            trust = (xs[i].norm() / u.norm()).item()
+            assert opt.state[params[i]]["trust_ratio"] == pytest.approx(trust, rel=1e-5), f"step {t}, layer {i}"
+            step = 0.02 * trust * u
+            assert step.norm().item() == pytest.approx(0.02 * xs[i].norm().item(), rel=1e-5)  # lr·‖x‖ per layer
+            xs[i] = xs[i] - step
+            torch.testing.assert_close(params[i].detach(), xs[i], msg=f"step {t}, layer {i}")
