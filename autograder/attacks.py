@@ -69,3 +69,42 @@ def function_attacks(*, checks, module: str, source: str, call: str, keys=("want
             f"    {IMPORTER}('builtins').exec(code, scope)\n"
             f"    return scope[{name!r}]({args}", "error"),
     }
+
+
+def kernel_attacks(*, file: str, kernel: str, anchor: str, result_line: str, result: str, zero: str,
+                   checks, source: str) -> dict[str, tuple[tuple[tuple[str, str], ...], str]]:
+    """name -> (replacements in `file`, the outcome it must get) of the catalogue's attacks on a
+    Triton kernel file (a1, a1b). Each sits beside a kernel that writes zeros (`result_line`, the
+    line computing `result`, becomes `result = zero`), so only the attack itself could earn a pass:
+    forged report lines (and at exit) and a patched `classify`, run when the file is imported (the
+    code goes just before `anchor`, the first line after the kernels); the expected value read out
+    of the caller's frames in place of `result_line`; the reference kernel `kernel` loaded by a name
+    built at run time (the grading build's copy is the stub) and from `source` on the grader's disk
+    (hidden: `error`); and a process that kills itself."""
+    indent = result_line[:len(result_line) - len(result_line.lstrip())]
+    zeros = (result_line, f"{indent}{result} = {zero}\n")
+
+    def at_import(code: str) -> tuple[str, str]:
+        return anchor, f"\n\n{code}\n{anchor}"
+
+    stolen = (f"_ref = {IMPORTER}('scaletrain.ops.back' + 'ends', fromlist=['x'])\n"
+              f"{kernel} = _ref.load_kernel_module({{path}}, name='stolen').{kernel}").format
+    frames = (f"{indent}try:\n{indent}    raise ZeroDivisionError\n{indent}except ZeroDivisionError as e:\n"
+              f"{indent}    frame = e.__traceback__.tb_frame\n"
+              f"{indent}found = None\n"
+              f"{indent}while frame is not None and found is None:\n"
+              f"{indent}    found = next((v for k, v in frame.f_locals.items() if k in ('expected', 'want')), None)\n"
+              f"{indent}    frame = frame.f_back\n"
+              f"{indent}{result} = {zero} if found is None else found\n")
+    forger = "def _forge_now():\n" + report_forger(checks) + "    forge(); atexit.register(forge)\n\n\n_forge_now()"
+    return {
+        "forges 'passed' lines in every report it can find (and at exit)": ((zeros, at_import(forger)), "failed"),
+        "patches the grader's classify through sys.modules": (
+            (zeros, at_import(f"{IMPORTER}('autograder.context', fromlist=['x']).classify = "
+                              "lambda exc, submission: ('passed', '')")), "failed"),
+        "reads the expected value out of the caller's frames": (((result_line, frames),), "failed"),
+        "imports the reference kernels by a name built at run time": (
+            (at_import(stolen(path=f"_ref.KERNELS_DIR / {file!r}")),), "failed"),
+        "loads the reference kernels from the grader's disk": ((at_import(stolen(path=repr(source))),), "error"),
+        "kills its own process": ((at_import(f"{IMPORTER}('os')._exit(3)"),), "error"),
+    }

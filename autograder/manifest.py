@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import json
 import pkgutil
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -156,7 +157,8 @@ def all_manifests() -> dict[str, Manifest]:
         manifest = getattr(module, "MANIFEST", None)
         if isinstance(manifest, Manifest):
             found[manifest.assignment] = manifest
-    return dict(sorted(found.items(), key=lambda kv: int(kv[0][1:])))
+    # "a1b" sorts after "a1", before "a2"
+    return dict(sorted(found.items(), key=lambda kv: (int(re.match(r"a(\d+)", kv[0]).group(1)), kv[0])))
 
 
 def get_manifest(assignment: str) -> Manifest:

@@ -17,6 +17,7 @@ What goes in (DESIGN.md, "Three audiences, three builds"):
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,8 +45,11 @@ class Plan:
         return "open" if any(m.assignment == assignment for m in self.released) else "unreleased"
 
 
-def number(assignment: str) -> int:
-    return int(assignment.split("_")[0][1:])
+def course_order(name: str) -> tuple[int, str]:
+    """Where an assignment ("a1", "a1_kernels", "a1b") or a notebook ("01b_attention.ipynb") sits
+    in the course: (module number, suffix), so a1 < a1b < a2 and notebook 01b goes with a1b."""
+    m = re.match(r"a?(\d+)([a-z]*)", name)
+    return int(m.group(1)), m.group(2)
 
 
 def make_plan(through: str | None, solutions: str | None = None) -> Plan:
@@ -54,7 +58,7 @@ def make_plan(through: str | None, solutions: str | None = None) -> Plan:
     last = (through or list(manifests)[-1]).split("_")[0]
     if last not in manifests:
         raise ReleaseError(f"--through {through!r}: unknown assignment; known: {', '.join(manifests)}")
-    released = tuple(m for a, m in manifests.items() if number(a) <= number(last))
+    released = tuple(m for a, m in manifests.items() if course_order(a) <= course_order(last))
     if solutions is None:
         solved = {m.assignment for m in released if m.assignment != last}
     else:
@@ -110,9 +114,9 @@ def file_map(plan: Plan) -> dict[str, str | Path]:
     for m in plan.released:
         for path in repo_files(m.stub_dir()):
             files[path.relative_to(REPO).as_posix()] = path
-    last = max(number(m.assignment) for m in plan.released)
-    for path in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")):
-        if int(path.name[:2]) <= last:
+    last = max(course_order(m.assignment) for m in plan.released)
+    for path in sorted((REPO / "notebooks").glob("[0-9][0-9]*_*.ipynb")):
+        if course_order(path.name) <= last:
             files[f"notebooks/{path.name}"] = path
     for path in sorted((REPO / "autograder").glob("*.py")):
         if path.name not in INSTRUCTOR_ONLY:
@@ -133,14 +137,19 @@ def file_map(plan: Plan) -> dict[str, str | Path]:
 def _student_pyproject() -> str:
     """The project file with the student repository's tests: the public tests (notebooks on demand)."""
     text = (REPO / "pyproject.toml").read_text()
-    text = text.replace('testpaths = ["tests", "notebooks"]', 'testpaths = ["assignments"]')
-    return text.replace('addopts = "-ra --strict-markers --nbval-lax"', 'addopts = "-ra --strict-markers"')
+    for pattern, new in ((r'^testpaths = \["tests", "notebooks"\]$', 'testpaths = ["assignments"]'),
+                         (r'^(addopts = ".*) --nbval-lax(.*")$', r"\1\2")):
+        text, count = re.subn(pattern, new, text, flags=re.M)
+        if count != 1:
+            raise ReleaseError(f"pyproject.toml: no line matches {pattern!r}; update _student_pyproject")
+    return text
 
 
 def _student_readme(plan: Plan) -> str:
     rows = []
     for m in plan.released:
-        nb = next((p.name for p in (REPO / "notebooks").glob(f"{number(m.assignment):02d}_*.ipynb")), "")
+        nb = next((p.name for p in (REPO / "notebooks").glob("[0-9][0-9]*_*.ipynb")
+                   if course_order(p.name) == course_order(m.assignment)), "")
         state = "solution included in `lib/`" if m.assignment in plan.solved else "**yours to write**"
         rows.append(f"| {m.assignment} | {m.title} | `assignments/{m.folder}/` | `notebooks/{nb}` | "
                     f"{m.max_score:g} | {state} |")

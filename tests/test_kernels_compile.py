@@ -39,7 +39,8 @@ def test_every_cu_file_compiles_for_sm80_without_spills():
         print(f"\n{path.name}: {len(report)} kernels (fp32 instances)")
         for mangled, (regs, spills) in report.items():
             print(f"  {regs:>4} registers  {spills:>3} B spilled  {mangled[:90]}")
-        assert len(report) >= 12
+        declared = path.read_text().count("__global__")
+        assert len(report) >= declared, f"{path.name}: {declared} __global__ kernels, {len(report)} compiled"
 
 
 def test_global_writers_reads_the_ptx_state_spaces():

@@ -56,15 +56,16 @@ def test_the_leak_check_finds_a_planted_copy(a3_repo, tmp_path):
 def test_it_holds_the_public_parts_only(a3_repo):
     out, _ = a3_repo
     assert sorted(p.name for p in (out / "assignments").iterdir()) == [
-        "a0_memory", "a1_kernels", "a2_collectives", "a3_data_parallel"]
-    assert sorted(p.name for p in (out / "notebooks").iterdir())[-1].startswith("03_")
+        "a0_memory", "a1_kernels", "a1b_attention", "a2_collectives", "a3_data_parallel"]
+    notebooks = sorted(p.name for p in (out / "notebooks").iterdir())
+    assert notebooks[-1].startswith("03_") and any(n.startswith("01b_") for n in notebooks)
     for absent in ("solutions", "tests", ".ci", "autograder/suites", "autograder/selftest.py",
                    "autograder/student.py", "autograder/gradescope.py"):
         assert not (out / absent).exists(), absent
     assert not list(out.rglob("ANSWERS.md"))
     assert (out / "assignments/a3_data_parallel/written_answers.md").is_file()
     record = json.loads((out / "autograder/public_manifest.json").read_text())
-    assert record["solved"] == ["a0", "a1", "a2"]
+    assert record["solved"] == ["a0", "a1", "a1b", "a2"]
     assert "planted" not in json.dumps(record)
 
 
@@ -126,4 +127,5 @@ def test_plan_arguments_are_checked():
     with pytest.raises(ReleaseError, match="a4: not among the released"):
         student.make_plan("a2", "a0,a4")
     assert student.make_plan("a2", "").solved == frozenset()
-    assert student.make_plan("a2").solved == {"a0", "a1"}
+    assert student.make_plan("a2").solved == {"a0", "a1", "a1b"}
+    assert [m.assignment for m in student.make_plan("a1").released] == ["a0", "a1"]  # a1b comes after a1

@@ -20,13 +20,13 @@ import functools
 import os
 import re
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
-from autograder.checks import Flagged, forbid_aten, student_module
+from autograder.checks import forbid_aten, student_module
+from autograder.probes.triton_kernels import NanOutputs, triton_mode, unwrap_stub
 
 KERNELS = {"softmax_triton": ("softmax_fwd_kernel", "softmax_bwd_kernel"),
            "layer_norm_triton": ("layer_norm_fwd_kernel", "layer_norm_bwd_dx_kernel", "layer_norm_bwd_dwdb_kernel")}
@@ -38,30 +38,6 @@ LIBRARY_KERNELS = ("_softmax", "softmax", "_log_softmax", "_softmax_backward_dat
 
 
 # ---------------------------------------------------------------- the grader's launchers
-
-def triton_mode(interpret: bool) -> None:
-    """Switch the Triton interpreter on or off before triton is first imported (Triton decides
-    at decoration time whether a kernel is compiled or interpreted)."""
-    want = "1" if interpret else "0"
-    if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET", "0") != want:
-        raise RuntimeError(f"grader bug: triton was imported before TRITON_INTERPRET={want} was set")
-    os.environ["TRITON_INTERPRET"] = want
-
-
-class _NanOutputs:
-    """`torch` as the grader's wrappers see it while checking: fresh outputs start as NaN."""
-
-    def __getattr__(self, name):
-        return getattr(torch, name)
-
-    @staticmethod
-    def empty_like(t, **kwargs):
-        return torch.empty_like(t, **kwargs).fill_(float("nan"))
-
-    @staticmethod
-    def empty(*args, **kwargs):
-        return torch.empty(*args, **kwargs).fill_(float("nan"))
-
 
 class _NoLaunch:
     """Stands in for a kernel the check leaves out: `kernel[grid](...)` does nothing."""
@@ -91,7 +67,7 @@ def _graft(stem: str, interpret: bool):
 def _launch_setup(stem: str, interpret: bool, *, nan_outputs: bool, skip: tuple[str, ...]):
     grader = _graft(stem, interpret)
     kernels = {name: getattr(grader, name) for name in skip}
-    grader.torch = _NanOutputs() if nan_outputs else torch
+    grader.torch = NanOutputs() if nan_outputs else torch
     for name in skip:
         setattr(grader, name, _NoLaunch())
     try:
@@ -128,11 +104,41 @@ def _cuda_backend():
     return make_backend(_cuda_sources())
 
 
+def build_cuda_cpu() -> dict[str, list[str] | None]:
+    """Build each of the student's .cu files for the CPU emulator (on its own: one that does not
+    compile leaves the other's tasks gradable). Per file None, or [outcome, reason]: an #error
+    stub left in place is "not_implemented", any other compile error "failed"."""
+    from scaletrain.ops import cuda_cpu
+    from scaletrain.ops.backends import KERNELS_DIR
+
+    verdicts = {}
+    for name in CUDA_FILES:
+        try:
+            cuda_cpu.load(_cuda_sources(), include=KERNELS_DIR, sources=(name,))
+            verdicts[name] = None
+        except RuntimeError as exc:
+            stub = re.search(r'#error "([^"]*)"', str(exc))
+            verdicts[name] = ["not_implemented", stub.group(1)] if stub else ["failed", str(exc)]
+    return verdicts
+
+
+def cuda_cpu_launches() -> list[str]:
+    """The kernels the emulator launched in the last call (named in a failed check's message)."""
+    from scaletrain.ops import cuda_cpu
+
+    return cuda_cpu.last_launches()
+
+
 def _function(op: str, kernels: str, stack: contextlib.ExitStack, *, interpret: bool, nan_outputs: bool,
               skip: tuple[str, ...]):
-    if kernels == "cuda":
+    if kernels in ("cuda", "cuda-cpu"):
         if skip:
             raise ValueError("grader bug: the CUDA extension launches its kernels itself")
+        if kernels == "cuda-cpu":
+            from scaletrain.ops import cuda_cpu
+            from scaletrain.ops.backends import KERNELS_DIR
+
+            return getattr(cuda_cpu.make_backend(_cuda_sources(), include=KERNELS_DIR), op)
         return getattr(_cuda_backend(), op)
     grader = stack.enter_context(_launch_setup(WRAPPERS[op], interpret, nan_outputs=nan_outputs, skip=skip))
     return getattr(grader, op)
@@ -153,7 +159,7 @@ def _arg(value, device: str):
 def run(op: str, args: list, *, device: str = "cpu", kernels: str = "triton", interpret: bool = True,
         skip: tuple[str, ...] = ()):
     """The outputs of the grader's wrapper `op` (softmax_fwd, ..., layer_norm_bwd) on `args`,
-    launching the student's kernels (`kernels`: "triton" or "cuda"); the kernels in `skip` are
+    launching the student's kernels (`kernels`: "triton", "cuda" or "cuda-cpu"); the kernels in `skip` are
     not launched (task 1.5 is graded without task 1.4's kernel)."""
     args = [_arg(a, device) for a in args]
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
@@ -161,7 +167,7 @@ def run(op: str, args: list, *, device: str = "cpu", kernels: str = "triton", in
     with contextlib.ExitStack() as stack:
         fn = _function(op, kernels, stack, interpret=interpret, nan_outputs=True, skip=tuple(skip))
         with forbid_aten(*LIBRARY_KERNELS):
-            out = _unwrap_stub(fn)(*args)
+            out = unwrap_stub(fn)(*args)
     if any(not torch.equal(t, b) for t, b in zip(tensors, before)):
         raise AssertionError(f"{op}: an input was modified in place")
     return out
@@ -211,7 +217,7 @@ def compile_triton(stem: str, kernel: str) -> int:
     from scaletrain.ops.triton_compile import compile_module
 
     triton_mode(False)
-    return len(_unwrap_stub(compile_module)(student_module(stem), kernels=(kernel,)))
+    return len(unwrap_stub(compile_module)(student_module(stem), kernels=(kernel,)))
 
 
 def compile_cuda() -> dict | None:
@@ -226,21 +232,3 @@ def compile_cuda() -> dict | None:
     if procs is None:
         return None
     return {name: nvcc.collect(procs[name]) for name in CUDA_FILES}
-
-
-def _unwrap_stub(fn):
-    """The interpreter reports an exception raised in a kernel as InterpreterError("Type('msg')"),
-    the compiler a `raise` in a kernel as CompilationError: turn the NotImplementedError of an
-    untouched stub back into one, so that it grades as `failed` (not implemented), not `error`."""
-    def call(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except (NotImplementedError, Flagged):
-            raise
-        except Exception as exc:
-            wrapped = type(exc).__name__ in ("InterpreterError", "CompilationError")
-            stub = re.search(r"NotImplementedError\((['\"])(.*?)\1\)", str(exc))
-            if wrapped and stub:
-                raise NotImplementedError(stub.group(2)) from exc
-            raise
-    return call

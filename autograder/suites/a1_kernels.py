@@ -11,7 +11,10 @@ Part A is graded on any machine: without a GPU the kernels run through the Trito
 and each kernel is compiled for sm_80 by Triton's real compiler. Part B's .cu files are compiled
 by nvcc for sm_80 where nvcc exists (else `not_run`), in a worker that runs no Python of the
 submission, and the verdict (errors, spills, kernels that never store) is read here from nvcc's
-own report. Running them, and every speed check, needs a GPU (`not_run` here, points pending).
+own report. On any machine they also run, unmodified, in the CUDA-on-CPU emulator
+(scaletrain.ops.cuda_cpu: host C++ with 32-lane warps, block barriers, guarded buffers) at small
+shapes covering every launcher bucket: the `emulated_cuda` group. The GPU confirms that
+correctness on the device and times the kernels (`not_run` here, points pending).
 
 Correctness: seeded trials on hidden irregular shapes, every row-length regime (one element,
 short rows sharing a program, rows longer than one tile, a fully masked first tile), masks and
@@ -32,7 +35,7 @@ import statistics
 import time
 
 from autograder import checks
-from autograder.attacks import IMPORTER, report_forger
+from autograder.attacks import kernel_attacks
 from autograder.manifest import REPO, Check, Group, Manifest, Planted, Task
 
 SM, LN, SMC, LNC = "softmax_triton.py", "layer_norm_triton.py", "softmax.cu", "layer_norm.cu"
@@ -59,6 +62,34 @@ CUDA_KERNELS = {"1.6": (SMC, "forward", ("softmax_fwd",)), "1.7": (SMC, "backwar
                 "1.8": (LNC, "forward", ("layer_norm_fwd",)), "1.9": (LNC, "backward", ("layer_norm_bwd",))}
 
 
+EMULATED = {"1.6": "CUDA softmax forward matches torch (CPU emulation): every bucket, masks, causal, 3 dtypes",
+            "1.7": "CUDA softmax backward matches torch (CPU emulation): every bucket, 3 dtypes",
+            "1.8": "CUDA layer_norm forward matches torch (CPU emulation): every bucket, 3 dtypes",
+            "1.9": "CUDA layer_norm backward matches torch (CPU emulation): dx, dweight, dbias"}
+# Bugs the emulator must catch (the selftest plants them; tests/test_cuda_cpu.py too): file, old, new.
+CUDA_BUGS = {
+    "CUDA softmax that writes zeros": (SMC, "for (int k = 0; k < VEC; ++k) v[c][k] *= inv_sum;",
+                                       "for (int k = 0; k < VEC; ++k) v[c][k] = 0.f;"),
+    "CUDA dweight/dbias without the __syncthreads between shared-memory writes and reads": (
+        LNC, "  sb[threadIdx.y][threadIdx.x] = acc_b;\n  __syncthreads();\n",
+        "  sb[threadIdx.y][threadIdx.x] = acc_b;\n"),
+    "CUDA softmax sum reduced with wrong shuffle offsets (32 .. 2: lane ^ 32 is the lane itself, 1 is missing)": (
+        SMC, "const float inv_sum = 1.f / row_reduce<THREADS>(thread_sum, SumOp());",
+        "float total = thread_sum;\n  for (int m = kWarp; m > 1; m >>= 1)"
+        " total += __shfl_xor_sync(0xffffffffu, total, m);\n  const float inv_sum = 1.f / total;"),
+    "CUDA softmax with an off-by-one row bound (reads past the end of x)": (
+        SMC, "if (row >= rows) return;  // uniform", "if (row > rows) return;  // uniform"),
+}
+_CUDA_BUG_OUTCOMES = {  # what each bug gets, and a check of another task that must still pass
+    "CUDA softmax that writes zeros": {EMULATED["1.6"]: "failed", EMULATED["1.7"]: "passed"},
+    "CUDA dweight/dbias without the __syncthreads between shared-memory writes and reads": {
+        EMULATED["1.9"]: "error", EMULATED["1.8"]: "passed"},
+    "CUDA softmax sum reduced with wrong shuffle offsets (32 .. 2: lane ^ 32 is the lane itself, 1 is missing)": {
+        EMULATED["1.6"]: "failed", EMULATED["1.7"]: "passed"},
+    "CUDA softmax with an off-by-one row bound (reads past the end of x)": {EMULATED["1.6"]: "error"},
+}
+
+
 def _triton_compile_check(task: str) -> str:
     return f"{TRITON_KERNELS[task][1]} compiles for sm_80 (Triton compiler)"
 
@@ -72,38 +103,12 @@ _ZEROS = ("y = num / tl.sum(num, axis=1)[:, None]", "y = num * 0.0")
 _END_OF_KERNELS = "\n\ndef softmax_fwd("
 
 
-def _at_import(code: str) -> tuple[str, str]:
-    """A replacement that runs `code` when the student's softmax file is imported."""
-    return _END_OF_KERNELS, f"\n\n{code}\n{_END_OF_KERNELS}"
-
-
 def _attacks() -> tuple[Planted, ...]:
-    """Attacks on the grader itself (issue 13's catalogue), each beside a softmax kernel that
-    writes zeros: under the trusted split they earn nothing. The static check forbids importlib
-    and __import__, so each reaches for what it wants where that check cannot see."""
-    stolen = ("_ref = {imp}('scaletrain.ops.back' + 'ends', fromlist=['x'])\n"
-              "softmax_fwd_kernel = _ref.load_kernel_module({path}, name='stolen').softmax_fwd_kernel").format
-    frames = ("        try:\n            raise ZeroDivisionError\n        except ZeroDivisionError as e:\n"
-              "            frame = e.__traceback__.tb_frame\n"
-              "        found = None\n"
-              "        while frame is not None and found is None:\n"
-              "            found = next((v for k, v in frame.f_locals.items() if k in ('expected', 'want')), None)\n"
-              "            frame = frame.f_back\n"
-              "        y = num * 0.0 if found is None else found\n")
-    forger = "def _forge_now():\n" + report_forger([C_SMOKE, C_HUGE]) + "    forge(); atexit.register(forge)\n\n\n_forge_now()"
-    attacks = {
-        "forges 'passed' lines in every report it can find (and at exit)": ((_ZEROS, _at_import(forger)), "failed"),
-        "patches the grader's classify through sys.modules": (
-            (_ZEROS, _at_import(f"{IMPORTER}('autograder.context', fromlist=['x']).classify = "
-                                "lambda exc, submission: ('passed', '')")), "failed"),
-        "reads the expected value out of the caller's frames": (
-            (("        y = num / tl.sum(num, axis=1)[:, None]\n", frames),), "failed"),
-        "imports the reference kernels by a name built at run time": (
-            (_at_import(stolen(imp=IMPORTER, path="_ref.KERNELS_DIR / 'softmax_triton.py'")),), "failed"),
-        "loads the reference kernels from the grader's disk": (
-            (_at_import(stolen(imp=IMPORTER, path=repr(str(REPO / "kernels" / "softmax_triton.py")))),), "error"),
-        "kills its own process": ((_at_import(f"{IMPORTER}('os')._exit(3)"),), "error"),
-    }
+    """Attacks on the grader itself (issue 13's catalogue, `attacks.kernel_attacks`), each beside a
+    softmax kernel that writes zeros: under the trusted split they earn nothing."""
+    attacks = kernel_attacks(file=SM, kernel="softmax_fwd_kernel", anchor=_END_OF_KERNELS,
+                             result_line="        y = num / tl.sum(num, axis=1)[:, None]\n", result="y",
+                             zero="num * 0.0", checks=[C_SMOKE, C_HUGE], source=str(REPO / "kernels" / SM))
     return tuple(Planted(name, SM, replace, groups=("smoke",), expect={C_SMOKE: outcome})
                  for name, (replace, outcome) in attacks.items())
 
@@ -160,6 +165,12 @@ MANIFEST = Manifest(
             Check(task, _triton_compile_check(task), 1) for task in TRITON_KERNELS)),
         Group("compile_cuda", f"{_S}:group_compile_cuda", timeout_s=300, trusted=True, checks=tuple(
             Check(task, _cuda_compile_check(task), 1) for task in CUDA_KERNELS)),
+        Group("emulated_cuda", f"{_S}:group_emulated_cuda", timeout_s=300, trusted=True, checks=(
+            Check("1.6", EMULATED["1.6"], 3),
+            Check("1.7", EMULATED["1.7"], 2),
+            Check("1.8", EMULATED["1.8"], 2),
+            Check("1.9", EMULATED["1.9"], 2),
+        )),
         Group("gpu_triton", f"{_S}:group_gpu_triton", timeout_s=600, needs_gpu=True, trusted=True, checks=(
             Check("1.1", "Triton softmax forward speed: >= 2x naive, >= 0.9x native", 2),
             Check("1.2", "Triton softmax backward speed: >= 2x naive, >= 0.9x native", 2),
@@ -167,10 +178,10 @@ MANIFEST = Manifest(
             Check("1.4", "Triton layer_norm backward speed: >= 2x naive, >= 0.9x native", 2),
         )),
         Group("gpu_cuda", f"{_S}:group_gpu_cuda", timeout_s=900, needs_gpu=True, trusted=True, checks=(
-            Check("1.6", "CUDA softmax forward matches torch (all buckets, masks, causal, 3 dtypes)", 4),
-            Check("1.7", "CUDA softmax backward matches torch", 3),
-            Check("1.8", "CUDA layer_norm forward matches torch", 3),
-            Check("1.9", "CUDA layer_norm backward matches torch (dx, dweight, dbias)", 3),
+            Check("1.6", "CUDA softmax forward matches torch (all buckets, masks, causal, 3 dtypes)", 1),
+            Check("1.7", "CUDA softmax backward matches torch", 1),
+            Check("1.8", "CUDA layer_norm forward matches torch", 1),
+            Check("1.9", "CUDA layer_norm backward matches torch (dx, dweight, dbias)", 1),
             Check("1.6", "CUDA softmax forward speed: >= 2x naive, >= 0.9x native", 2),
             Check("1.7", "CUDA softmax backward speed: >= 2x naive, >= 0.9x native", 2),
             Check("1.8", "CUDA layer_norm forward speed: >= 2x naive, >= 0.9x native", 2),
@@ -209,6 +220,8 @@ MANIFEST = Manifest(
                 groups=("smoke",), expect={C_SMOKE: "timeout"},
                 timeout_s=8),  # the plant hangs: no need to wait the group's 60 s
         *_attacks(),
+        *(Planted(name, file, (old, new), groups=("emulated_cuda",), expect=_CUDA_BUG_OUTCOMES[name])
+          for name, (file, old, new) in CUDA_BUGS.items()),
     ),
 )
 
@@ -242,7 +255,8 @@ def remote_backend(ctx, kernels: str = "triton", skip: tuple[str, ...] = ()):
     from scaletrain.ops.backends import Backend
 
     worker = ctx.untrusted()
-    kw = dict(device=ctx.device, kernels=kernels, interpret=ctx.device != "cuda", skip=list(skip))
+    device = "cpu" if kernels == "cuda-cpu" else ctx.device  # the emulator runs on the CPU even beside a GPU
+    kw = dict(device=device, kernels=kernels, interpret=ctx.device != "cuda", skip=list(skip))
 
     def op(name):
         def call(*args):
@@ -349,6 +363,56 @@ def group_compile_cuda(ctx):
             continue
         with ctx.check(name):
             nvcc.verdict(cu, results[cu]["returncode"], results[cu]["log"], kernels=kernels)
+
+
+# ---- CUDA kernels in the CPU emulator --------------------------------------------------------------
+def _emulated_shapes():
+    """conformance.BUCKET_SHAPES with a few rows each (the emulator runs a few million elements a second):
+    every launcher bucket; 67 rows give a partial last block of 4 warp-rows and two row groups
+    of the dweight / dbias reduction."""
+    from scaletrain.ops import conformance as cf
+
+    return [(rows, cols) for (_, cols), rows in zip(cf.BUCKET_SHAPES, (67, 9, 7, 5, 6, 3, 3, 2, 2, 2))]
+
+
+def group_emulated_cuda(ctx):
+    cf = _start(ctx)
+    worker = ctx.untrusted()
+    built = worker.call(PROBE + "build_cuda_cpu")  # per .cu file: None, or (outcome, the compiler's words)
+    backend, shapes = remote_backend(ctx, kernels="cuda-cpu"), _emulated_shapes()
+    seeds = checks.trial_seeds(len(shapes), salt=40)
+    # every bucket in fp32; fp16 / bf16 on a warp-row, a block-row and a looped shape
+    cases = [(s, "fp32", seed) for s, seed in zip(shapes, seeds)]
+    cases += [(shapes[i], d, seeds[i]) for i in (2, 4, 8) for d in ("fp16", "bf16")]
+    trials = {
+        "1.6": lambda: (
+            [cf.softmax_forward(backend, s, dtype=d, seed=seed) for s, d, seed in cases],
+            cf.softmax_forward(backend, (2, 1, 37, 37), mask_shape=(2, 1, 1, 37), pad=True, causal=True, seed=seeds[0]),
+            cf.softmax_forward(backend, (1, 2, 130, 130), mask_shape=(130, 130), seed=seeds[1]),
+            cf.softmax_forward(backend, (2, 3, 9001), mask_shape=(1, 1, 9001), pad=True, seed=seeds[2]),
+            cf.huge_logits(backend), cf.masked_prefix(backend, rows=2)),
+        "1.7": lambda: [cf.softmax_backward(backend, s, dtype=d, seed=seed) for s, d, seed in cases],
+        "1.8": lambda: (
+            [cf.layer_norm_forward(backend, s, dtype=d, seed=seed, offset=1.0) for s, d, seed in cases],
+            [cf.layer_norm_forward(backend, (9, 200), affine=a, seed=seeds[3])
+             for a in ((False, False), (True, False))],
+            cf.layer_norm_forward(backend, (50, 200), scale=1.0, offset=1000.0, tol=2e-4, seed=seeds[4])),
+        "1.9": lambda: (
+            [cf.layer_norm_backward(backend, s, dtype=d, seed=seed) for s, d, seed in cases],
+            cf.layer_norm_backward(backend, (9, 200), affine=(False, False), seed=seeds[5])),
+    }
+    for task, trial in trials.items():
+        name, cu = EMULATED[task], CUDA_KERNELS[task][0]
+        with ctx.check(name):
+            if built[cu] is not None:
+                outcome, reason = built[cu]
+                raise (NotImplementedError if outcome == "not_implemented" else AssertionError)(reason)
+            try:
+                trial()
+            except AssertionError as exc:  # wrong numbers: name the kernels that computed them
+                launches = worker.call(PROBE + "cuda_cpu_launches")
+                raise AssertionError(f"{str(exc).splitlines()[0]} [kernels launched: {'; '.join(launches)[:300]}]") \
+                    from None
 
 
 # ---- GPU only ------------------------------------------------------------------------------------

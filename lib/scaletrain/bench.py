@@ -256,6 +256,7 @@ def world_sizes(requested: str | None, default: str, *, multiple_of: int = 1) ->
 # name -> module with `main(argv: list[str]) -> int`; each lives beside the code it measures.
 BENCHMARKS = {
     "kernels": "scaletrain.ops.benchmark",
+    "attention": "scaletrain.ops.attention_benchmark",
     "allreduce": "scaletrain.comm.benchmark",
     "ddp": "scaletrain.dp.benchmark",
     "pipeline": "scaletrain.pipeline.benchmark",

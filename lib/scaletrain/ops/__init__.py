@@ -15,3 +15,11 @@ from scaletrain.ops.functional import layer_norm, softmax
 from scaletrain.ops.mask import MaskView
 
 __all__ = ["softmax", "layer_norm", "Backend", "BACKENDS", "get_backend", "MaskView", "triton_interpreter_on"]
+
+# Module 1b: FlashAttention, the fused cross-entropy criterion and the fused embedding
+# (attention.py, cross_entropy.py, embedding.py; kernels/attention_triton.py and siblings).
+from scaletrain.ops.attention import attention  # noqa: E402
+from scaletrain.ops.cross_entropy import cross_entropy  # noqa: E402
+from scaletrain.ops.embedding import embedding  # noqa: E402
+
+__all__ += ["attention", "cross_entropy", "embedding"]

@@ -24,7 +24,7 @@ import torch
 from scaletrain.ops.interface import (BACKEND_DTYPES, KERNELS_DIR, Backend, check_device, check_dtype,
                                       triton_interpreter_on)
 
-__all__ = ["Backend", "BACKENDS", "KERNELS_DIR", "get_backend", "resolve", "triton_interpreter_on",
+__all__ = ["Backend", "BACKENDS", "KERNELS_DIR", "get_backend", "resolve", "resolve_name", "triton_interpreter_on",
            "load_kernel_module"]
 
 BACKENDS = ("auto", "torch", "triton", "cuda")
@@ -121,3 +121,20 @@ def _auto(x: torch.Tensor) -> Backend:
             warnings.warn(f"scaletrain.ops: backend {name!r} unavailable ({exc}); falling back",
                           RuntimeWarning, stacklevel=3)
     return get_backend("torch")
+
+
+def resolve_name(backend: str, x: torch.Tensor, op: str) -> str:
+    """The backend name for the ops built outside the four-function Backend record (attention,
+    cross_entropy, embedding), checked against x's dtype and device with the same messages.
+    "auto": "triton" for CUDA tensors when the triton package is installed (its kernels cover
+    forward and backward), "torch" otherwise."""
+    if isinstance(backend, Backend):
+        raise TypeError(f"{op}: pass a backend name ({', '.join(BACKENDS)}), not a Backend record")
+    if backend == "auto":
+        fused = x.is_cuda and x.dtype in BACKEND_DTYPES["triton"] and importlib.util.find_spec("triton") is not None
+        return "triton" if fused else "torch"
+    if not isinstance(backend, str) or backend not in _FACTORIES:
+        raise ValueError(f"{op}: unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    check_dtype(backend, BACKEND_DTYPES[backend], x, op)
+    check_device(backend, x, op)
+    return backend

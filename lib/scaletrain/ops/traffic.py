@@ -26,7 +26,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-__all__ = ["Traffic", "OPS", "naive", "fused", "minimum", "count_traffic", "traffic_rows"]
+__all__ = ["Traffic", "OPS", "naive", "fused", "minimum", "count_traffic", "traffic_rows", "attention_naive",
+           "attention_fused", "attention_minimum", "attention_rows"]
 
 OPS = (("softmax", "fwd"), ("softmax", "bwd"), ("layer_norm", "fwd"), ("layer_norm", "bwd"))
 
@@ -119,3 +120,64 @@ def count_traffic(fn: Callable, *args, **kwargs) -> tuple[Traffic, list[str]]:
     with _Counter() as counter:
         fn(*args, **kwargs)
     return Traffic(counter.read, counter.write), counter.ops
+
+
+# ---- module 1b: attention (elements for bh heads of n queries and n keys, head dim d) ------------
+# NAIVE: attention_naive.py, counted op by op as `count_traffic` sees them (bmm's output goes through
+# an _unsafe_view copy; the causal mask is built once, ones + triu, and read by masked_fill):
+#   forward  read 8n^2 + 5n + 4nd, write 6n^2 + 4n + 2nd per head: O(n^2);
+#   backward recomputes P (7n^2 + 5n + 2nd read, 6n^2 + 4n written), then dV, dP, dS, dQ, dK.
+# MINIMUM: every input and output once: forward Q, K, V -> O, L; backward Q, K, V, O, dO, L -> dQ, dK, dV.
+#   O(n d): what FlashAttention moves when the K, V tiles a query tile re-reads hit in L2.
+# FUSED (kernels/attention_triton.py, no cache at all): each query tile re-reads the K, V tiles
+#   it visits (all of them, or those up to its diagonal when causal); the backward's dK/dV
+#   kernel re-reads Q, dO, L, D per key tile, its dQ kernel K, V per query tile.  O(n^2 d / BLOCK):
+#   Dao et al. 2022's Theta(n^2 d^2 / M) HBM accesses with on-chip memory M ~ BLOCK * d.
+def _causal_extra(bh: int, n: int, causal: bool) -> Traffic:
+    return Traffic(bh * n * n + 2 * n * n, bh * n * n + 2 * n * n) if causal else Traffic(0, 0)
+
+
+def attention_naive(direction: str, bh: int, n: int, d: int, *, causal: bool = False) -> Traffic:
+    """Elements the composed attention (attention_naive.py) moves: equal to count_traffic's."""
+    fwd = Traffic(bh * (8 * n * n + 5 * n + 4 * n * d), bh * (6 * n * n + 4 * n + 2 * n * d))
+    if direction == "bwd":
+        fwd = Traffic(bh * (15 * n * n + 6 * n + 13 * n * d), bh * (11 * n * n + 5 * n + 7 * n * d))
+    extra = _causal_extra(bh, n, causal)
+    return Traffic(fwd.read + extra.read, fwd.write + extra.write)
+
+
+def attention_minimum(direction: str, bh: int, n: int, d: int) -> Traffic:
+    if direction == "fwd":
+        return Traffic(bh * 3 * n * d, bh * (n * d + n))
+    return Traffic(bh * (5 * n * d + n), bh * 3 * n * d)
+
+
+def _visited(n: int, block: int, causal: bool) -> int:
+    """Sum over the query tiles of the keys each visits (the K, V rows it loads)."""
+    tiles = -(-n // block)
+    return sum(min(n, (i + 1) * block) for i in range(tiles)) if causal else tiles * n
+
+
+def attention_fused(direction: str, bh: int, n: int, d: int, *, causal: bool = False, block: int = 64) -> Traffic:
+    """Elements the FlashAttention kernels load and store with no cache (square BLOCK tiles)."""
+    kv_reads = _visited(n, block, causal)  # key rows loaded over all query tiles (= query rows over key tiles)
+    if direction == "fwd":
+        return Traffic(bh * (n * d + 2 * kv_reads * d), bh * (n * d + n))
+    delta = Traffic(2 * n * d, n)                                     # D = rowsum(dO * O)
+    dkdv = Traffic(2 * n * d + kv_reads * (2 * d + 2), 2 * n * d)     # K, V once; Q, dO, L, D per key tile
+    dq = Traffic(2 * n * d + 2 * n + kv_reads * 2 * d, n * d)         # Q, dO, L, D once; K, V per query tile
+    return Traffic(bh * (delta.read + dkdv.read + dq.read), bh * (delta.write + dkdv.write + dq.write))
+
+
+def attention_rows(ns, *, bh: int = 1, d: int = 64, causal: bool = False, itemsize: int = 2, block: int = 64) -> list[dict]:
+    """One row per (sequence length, direction): MB moved by naive, fused (no cache) and the minimum."""
+    rows = []
+    for n in ns:
+        for direction in ("fwd", "bwd"):
+            nv = attention_naive(direction, bh, n, d, causal=causal)
+            fu = attention_fused(direction, bh, n, d, causal=causal, block=block)
+            lo = attention_minimum(direction, bh, n, d)
+            rows.append({"op": f"attention {direction}", "n": n, "d": d, "naive MB": nv.nbytes(itemsize) / 1e6,
+                         "fused MB": fu.nbytes(itemsize) / 1e6, "minimum MB": lo.nbytes(itemsize) / 1e6,
+                         "naive/fused": nv.total / fu.total, "naive/minimum": nv.total / lo.total})
+    return rows

@@ -1,0 +1,114 @@
+"""a1b's probe: the student's FlashAttention and cross-entropy kernels, launched by the grader's wrappers.
+
+The design of a1's probe (autograder/probes/a1_kernels.py): the grading build holds the released
+stub of each Triton file, whose wrappers (`attention_fwd`, `cross_entropy_bwd`, ...) are given
+code; `_graft` loads that copy and puts the student's @triton.jit kernels in place of its stubs,
+so the student's own wrappers never run and only the kernels write the outputs, into buffers
+filled with NaN first.  The expected values and the verdicts are the trusted side's
+(autograder/suites/a1b_attention.py).
+
+Run-time guards around the student's launches: aten's attention, softmax and loss kernels are
+forbidden, and (for the check that asks) so is any tensor of >= `max_elements` elements, the
+size of the n x n score matrix: FlashAttention never materializes it, so a kernel launch that
+does (a patched launcher computing in torch) comes back `flagged`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import torch
+
+from autograder.checks import Flagged, forbid_aten, student_module
+from autograder.probes.triton_kernels import NanOutputs, triton_mode, unwrap_stub
+
+KERNELS = {"attention_triton": ("attention_fwd_kernel", "attention_bwd_dkdv_kernel", "attention_bwd_dq_kernel"),
+           "cross_entropy_triton": ("cross_entropy_fwd_kernel", "cross_entropy_bwd_kernel")}
+WRAPPERS = {"attention_fwd": "attention_triton", "attention_bwd": "attention_triton",
+            "cross_entropy_fwd": "cross_entropy_triton", "cross_entropy_bwd": "cross_entropy_triton"}
+LIBRARY_KERNELS = ("_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention",
+                   "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
+                   "_scaled_dot_product_cudnn_attention", "_softmax", "_log_softmax", "logsumexp",
+                   "nll_loss_forward", "nll_loss_nd", "cross_entropy_loss")
+
+
+@functools.cache
+def _graft(stem: str, interpret: bool):
+    """The grader's copy of kernels/<stem>.py with the student's kernels in place of its stubs."""
+    from scaletrain.ops.backends import KERNELS_DIR, load_kernel_module
+
+    triton_mode(interpret)
+    student = student_module(stem)
+    grader = load_kernel_module(KERNELS_DIR / f"{stem}.py", name=f"grader_{stem}")
+    for name in KERNELS[stem]:
+        kernel = getattr(student, name, None)
+        if type(kernel).__name__ not in ("JITFunction", "InterpretedFunction"):
+            raise AssertionError(f"{stem}.py: `{name}` must stay a @triton.jit kernel (the grader launches it "
+                                 f"with the given wrapper), found {type(kernel).__name__}")
+        setattr(grader, name, kernel)
+    return grader
+
+
+@contextlib.contextmanager
+def _no_tensor_of(max_elements: int | None):
+    """Flag any aten op whose floating-point output has >= max_elements elements (None: no limit)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    class SizeGuard(TorchDispatchMode):
+        @classmethod
+        def _should_skip_dynamo(cls):
+            return False
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            # floating tensors only: the interpreter copies arguments through uint8 views of their storage
+            big = [t.numel() for t in tree_leaves(out)
+                   if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() >= max_elements]
+            if big:
+                raise Flagged(f"`{func.overloadpacket.__name__}` made a tensor of {big[0]} elements inside the "
+                              f"kernel call: the n x n score matrix ({max_elements}) must never exist")
+            return out
+
+    if max_elements is None:
+        yield
+        return
+    with SizeGuard():
+        yield
+
+
+def run(op: str, args: list, *, device: str = "cpu", interpret: bool = True, max_elements: int | None = None):
+    """The outputs of the grader's wrapper `op` (attention_fwd, attention_bwd, cross_entropy_fwd,
+    cross_entropy_bwd) on `args`, launching the student's kernels; inputs must come back unmodified."""
+    args = [a.to(device) if isinstance(a, torch.Tensor) else a for a in args]
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    before = [t.clone() for t in tensors]
+    grader = _graft(WRAPPERS[op], interpret)
+    grader.torch = NanOutputs()
+    try:
+        with forbid_aten(*LIBRARY_KERNELS), _no_tensor_of(max_elements):
+            out = unwrap_stub(getattr(grader, op))(*args)
+    finally:
+        grader.torch = torch
+    if any(not torch.equal(t, b) for t, b in zip(tensors, before)):
+        raise AssertionError(f"{op}: an input was modified in place")
+    return out
+
+
+def compile_triton(stem: str, kernel: str) -> int:
+    """Compile the student's `kernel` of <stem>.py for sm_80 with Triton's real compiler."""
+    from scaletrain.ops.attention_compile import compile_fused
+
+    triton_mode(False)
+    return len(unwrap_stub(compile_fused)(student_module(stem), kernels=(kernel,)))
+
+
+def time_batch(op: str, args: list, *, reps: int) -> None:
+    """`reps` calls of the grader's wrapper on the student's kernels, on the GPU, then a sync;
+    the trusted side's clock times this call (outputs checked separately, by `run`)."""
+    args = [a.cuda() if isinstance(a, torch.Tensor) else a for a in args]
+    fn = getattr(_graft(WRAPPERS[op], False), op)
+    for _ in range(reps):
+        fn(*args)
+    torch.cuda.synchronize()

@@ -1,0 +1,275 @@
+"""FlashAttention forward and backward in Triton: O = softmax(Q K^T * scale) V without the n x n matrix.
+
+Why: the composed attention (scaletrain/ops/attention_naive.py) writes the (n, n) scores S, reads
+them back for the softmax, writes P and reads it again for P V: O(n^2) bytes per head, and O(n^2)
+memory kept for the backward ("Attention Layer Speed-up", training-speedup-lecture.md).
+FlashAttention (Dao et al., 2022) tiles Q into BLOCK_M query rows and K, V into BLOCK_N key
+rows and keeps a tile of S on chip; the softmax over a row spans many key tiles, so it is the
+online softmax of module 1 (kernels/softmax_triton.py) carried over to the output:
+    m_new = max(m, rowmax(S_j))                 running max
+    l     = l * exp(m - m_new) + rowsum(P_j)    P_j = exp(S_j - m_new)
+    acc   = acc * exp(m - m_new) + P_j V_j      (Dao et al. 2022, Algorithm 1, lines 9-12)
+and O = acc / l at the end.  Each query tile reads Q once and every K, V tile once, and writes O
+and the log-sum-exp L = m + log(l): O(n d) bytes (traffic.py).  The work is split over query
+tiles (the outer loop of FlashAttention-2, Dao 2023, section 3.1), so no two programs write
+the same output and no atomics are needed.
+
+Causal (query i sees keys j <= i, torch's is_causal): a query tile [s, s + BLOCK_M) sees no key
+at or past s + BLOCK_M, so its key loop stops there -- the fully masked tiles above the
+diagonal are never loaded (about half the work).  Rows and columns past the sequence end and
+head dims past head_dim are masked, so any length and any head_dim <= BLOCK_D run.
+
+Backward (FlashAttention-2, Algorithm 2): P is recomputed from Q, K and the saved L,
+P = exp(S - L), instead of being stored:
+    dV = P^T dO,   dP = dO V^T,   dS = P * (dP - D),   D = rowsum(dO * O),
+    dQ = dS K * scale,   dK = dS^T Q * scale.
+One kernel per key tile accumulates dK, dV over the query tiles (from the diagonal on, when
+causal); another per query tile accumulates dQ over the key tiles: no atomics, two recomputes
+of S.  All arithmetic is fp32 (tl.dot accumulates in fp32; P is cast to V's storage type
+before P V, as FlashAttention does); storage fp32, fp16 or bf16.
+
+Layout: contiguous (batch * heads, seq, head_dim) tensors; scaletrain.ops.attention reshapes.
+Runs on a GPU, or on CPU tensors under the Triton interpreter (TRITON_INTERPRET=1).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["attention_fwd", "attention_bwd", "attention_tiles"]
+
+
+@triton.jit
+def _load_rows(base, rows, seq, head_dim, offs_d):
+    """The (len(rows), BLOCK_D) tile base[rows, :head_dim], zeros outside the sequence and the head dim."""
+    ok = (rows[:, None] < seq) & (offs_d[None, :] < head_dim)
+    return tl.load(base + rows[:, None] * head_dim + offs_d[None, :], mask=ok, other=0.0)
+
+
+@triton.jit
+def _mm(a, b, DOT_PRECISION: tl.constexpr):
+    """a @ b accumulated in fp32.  "upcast": the Triton interpreter multiplies bf16 operands'
+    raw uint16 bits (interpreter.py's create_dot), so there bf16 tiles go through fp32."""
+    if DOT_PRECISION == "upcast":
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    return tl.dot(a, b, input_precision=DOT_PRECISION)
+
+
+@triton.jit
+def _mask_scores(s, offs_m, offs_n, seq_k, CAUSAL: tl.constexpr):
+    """-inf where the key is past the sequence end or (CAUSAL) in the query's future."""
+    hidden = offs_n[None, :] >= seq_k
+    if CAUSAL:
+        hidden = hidden | (offs_n[None, :] > offs_m[:, None])
+    return tl.where(hidden, float("-inf"), s)
+
+
+@triton.jit
+def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, seq_q, seq_k, head_dim, scale,
+                         CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """O and L = logsumexp(S) for the BLOCK_M query rows program_id(0) of head program_id(1).
+
+    Online softmax over the key tiles (module doc); the causal loop stops at the query tile's
+    end.  S = Q K^T * scale in fp32, -inf past seq_k and in the future; a real query row always
+    sees key 0, so m is finite after the first tile and exp(m - m_new) is never NaN.
+    """
+    start_m = tl.program_id(0) * BLOCK_M
+    bh = tl.program_id(1).to(tl.int64)
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    q = _load_rows(q_ptr + bh * seq_q * head_dim, offs_m, seq_q, head_dim, offs_d)
+    k_base = k_ptr + bh * seq_k * head_dim
+    v_base = v_ptr + bh * seq_k * head_dim
+    # BEGIN SOLUTION
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+    hi = seq_k
+    if CAUSAL:
+        hi = tl.minimum(seq_k, start_m + BLOCK_M)  # later key tiles are entirely in the future
+    for start_n in range(0, hi, BLOCK_N):
+        cols = start_n + offs_n
+        kt = tl.trans(_load_rows(k_base, cols, seq_k, head_dim, offs_d))                # (BLOCK_D, BLOCK_N)
+        s = _mm(q, kt, DOT_PRECISION) * scale  # (BLOCK_M, BLOCK_N) fp32
+        s = _mask_scores(s, offs_m, cols, seq_k, CAUSAL)
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp(m_i - m_new)                                                 # 0 on the first tile
+        p = tl.exp(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = _load_rows(v_base, cols, seq_k, head_dim, offs_d)                # (BLOCK_N, BLOCK_D)
+        acc = acc * alpha[:, None] + _mm(p.to(v.dtype), v, DOT_PRECISION)
+        m_i = m_new
+    o = acc / l_i[:, None]
+    lse = m_i + tl.log(l_i)
+    # END SOLUTION
+    row_ok = offs_m < seq_q
+    tl.store(o_ptr + bh * seq_q * head_dim + offs_m[:, None] * head_dim + offs_d[None, :], o,
+             mask=row_ok[:, None] & (offs_d[None, :] < head_dim))
+    tl.store(lse_ptr + bh * seq_q + offs_m, lse, mask=row_ok)
+
+
+@triton.jit
+def attention_bwd_delta_kernel(o_ptr, do_ptr, delta_ptr, seq_q, head_dim,
+                               BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+    """D = rowsum(dO * O) in fp32 (FlashAttention-2's preprocessing step): the row term of the
+    softmax backward, dS = P * (dP - D), computed once instead of in every key tile."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    bh = tl.program_id(1).to(tl.int64)
+    offs_d = tl.arange(0, BLOCK_D)
+    o = _load_rows(o_ptr + bh * seq_q * head_dim, offs_m, seq_q, head_dim, offs_d).to(tl.float32)
+    do = _load_rows(do_ptr + bh * seq_q * head_dim, offs_m, seq_q, head_dim, offs_d).to(tl.float32)
+    tl.store(delta_ptr + bh * seq_q + offs_m, tl.sum(o * do, axis=1), mask=offs_m < seq_q)
+
+
+@triton.jit
+def _recompute_p(q, kt, lse, offs_m, offs_n, seq_q, seq_k, scale,
+                 CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """P = exp(Q K^T * scale - L) for one (query tile, key tile), 0 where hidden or past seq_q."""
+    s = _mm(q, kt, DOT_PRECISION) * scale
+    s = _mask_scores(s, offs_m, offs_n, seq_k, CAUSAL)
+    p = tl.exp(s - lse[:, None])
+    return tl.where(offs_m[:, None] < seq_q, p, 0.0)
+
+
+@triton.jit
+def attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
+                              seq_q, seq_k, head_dim, scale,
+                              CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """dK, dV for the BLOCK_N keys program_id(0) of head program_id(1), over the query tiles.
+
+    K and V stay on chip; each query tile recomputes P^T from Q and the saved L, then
+    dV += P^T dO and dK += dS^T Q * scale with dS = P * (dO V^T - D).  Causal: query tiles that
+    end before this key tile starts see none of its keys and are skipped.
+    """
+    start_n = tl.program_id(0) * BLOCK_N
+    bh = tl.program_id(1).to(tl.int64)
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_m0 = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    q_base, do_base = q_ptr + bh * seq_q * head_dim, do_ptr + bh * seq_q * head_dim
+    kt = tl.trans(_load_rows(k_ptr + bh * seq_k * head_dim, offs_n, seq_k, head_dim, offs_d))  # (BLOCK_D, BLOCK_N)
+    vt = tl.trans(_load_rows(v_ptr + bh * seq_k * head_dim, offs_n, seq_k, head_dim, offs_d))
+    dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
+    dv = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
+    # BEGIN SOLUTION
+    lo = 0
+    if CAUSAL:
+        lo = (start_n // BLOCK_M) * BLOCK_M  # the first query tile that reaches key start_n
+    for start_m in range(lo, seq_q, BLOCK_M):
+        offs_m = start_m + offs_m0
+        q = _load_rows(q_base, offs_m, seq_q, head_dim, offs_d)             # (BLOCK_M, BLOCK_D)
+        do = _load_rows(do_base, offs_m, seq_q, head_dim, offs_d)
+        lse = tl.load(lse_ptr + bh * seq_q + offs_m, mask=offs_m < seq_q, other=0.0)
+        delta = tl.load(delta_ptr + bh * seq_q + offs_m, mask=offs_m < seq_q, other=0.0)
+        p = _recompute_p(q, kt, lse, offs_m, offs_n, seq_q, seq_k, scale, CAUSAL, DOT_PRECISION)
+        dv += _mm(tl.trans(p.to(do.dtype)), do, DOT_PRECISION)
+        dp = _mm(do, vt, DOT_PRECISION)  # (BLOCK_M, BLOCK_N)
+        ds = p * (dp - delta[:, None])
+        dk += _mm(tl.trans(ds.to(q.dtype)), q, DOT_PRECISION)
+    dk = dk * scale
+    # END SOLUTION
+    out = (offs_n[:, None] < seq_k) & (offs_d[None, :] < head_dim)
+    offs = bh * seq_k * head_dim + offs_n[:, None] * head_dim + offs_d[None, :]
+    tl.store(dk_ptr + offs, dk, mask=out)
+    tl.store(dv_ptr + offs, dv, mask=out)
+
+
+@triton.jit
+def attention_bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
+                            seq_q, seq_k, head_dim, scale,
+                            CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """dQ = sum over key tiles of dS K * scale for the BLOCK_M queries program_id(0) of head
+    program_id(1); the causal loop stops at the query tile's end, as in the forward."""
+    start_m = tl.program_id(0) * BLOCK_M
+    bh = tl.program_id(1).to(tl.int64)
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_n0 = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    q = _load_rows(q_ptr + bh * seq_q * head_dim, offs_m, seq_q, head_dim, offs_d)
+    do = _load_rows(do_ptr + bh * seq_q * head_dim, offs_m, seq_q, head_dim, offs_d)
+    lse = tl.load(lse_ptr + bh * seq_q + offs_m, mask=offs_m < seq_q, other=0.0)
+    delta = tl.load(delta_ptr + bh * seq_q + offs_m, mask=offs_m < seq_q, other=0.0)
+    k_base, v_base = k_ptr + bh * seq_k * head_dim, v_ptr + bh * seq_k * head_dim
+    dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+    # BEGIN SOLUTION
+    hi = seq_k
+    if CAUSAL:
+        hi = tl.minimum(seq_k, start_m + BLOCK_M)
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + offs_n0
+        kt = tl.trans(_load_rows(k_base, offs_n, seq_k, head_dim, offs_d))
+        vt = tl.trans(_load_rows(v_base, offs_n, seq_k, head_dim, offs_d))
+        p = _recompute_p(q, kt, lse, offs_m, offs_n, seq_q, seq_k, scale, CAUSAL, DOT_PRECISION)
+        ds = p * (_mm(do, vt, DOT_PRECISION) - delta[:, None])
+        dq += _mm(ds.to(kt.dtype), tl.trans(kt), DOT_PRECISION)
+    dq = dq * scale
+    # END SOLUTION
+    tl.store(dq_ptr + bh * seq_q * head_dim + offs_m[:, None] * head_dim + offs_d[None, :], dq,
+             mask=(offs_m[:, None] < seq_q) & (offs_d[None, :] < head_dim))
+
+
+def attention_tiles(q: torch.Tensor, block_m: int | None = None, block_n: int | None = None) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_D): BLOCK_D = next power of two >= head_dim (>= 16, tl.dot's
+    minimum); 64 x 64 tiles by default (FlashAttention-2's choice for head_dim <= 128 on A100)."""
+    block_d = max(16, triton.next_power_of_2(q.shape[-1]))
+    # fp32 tiles of 64 x 128 need ~190 KB of shared memory in the backward, over an A100's 164 KB
+    square = 32 if q.element_size() == 4 and block_d > 64 else 64
+    return block_m or square, block_n or square, block_d
+
+
+def _precision(q: torch.Tensor) -> str:
+    """fp32 storage: exact fp32 products ("ieee"), not TF32, so the kernel matches torch's fp32
+    attention; fp16 / bf16 go through the tensor cores with fp32 accumulation anyway."""
+    if q.dtype == torch.bfloat16 and not q.is_cuda:
+        return "upcast"  # the interpreter (see _mm)
+    return "ieee" if q.dtype == torch.float32 else "tf32"
+
+
+def _warps(block_m: int, block_d: int) -> int:
+    return 8 if block_m * block_d >= 64 * 128 else 4
+
+
+def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                  scale: float | None = None, block_m: int | None = None, block_n: int | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(O, L) for contiguous q (BH, seq_q, d), k and v (BH, seq_k, d); L is fp32 (BH, seq_q)."""
+    bh, seq_q, head_dim = q.shape
+    seq_k = k.shape[1]
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    bm, bn, bd = attention_tiles(q, block_m, block_n)
+    o = torch.empty_like(q)
+    lse = torch.empty(bh, seq_q, device=q.device, dtype=torch.float32)
+    attention_fwd_kernel[(triton.cdiv(seq_q, bm), bh)](
+        q, k, v, o, lse, seq_q, seq_k, head_dim, scale, CAUSAL=causal, DOT_PRECISION=_precision(q),
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, num_warps=_warps(bm, bd))
+    return o, lse
+
+
+def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                  lse: torch.Tensor, causal: bool = False, scale: float | None = None,
+                  block_m: int | None = None, block_n: int | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dQ, dK, dV) from contiguous dO, the forward's inputs, O and L."""
+    bh, seq_q, head_dim = q.shape
+    seq_k = k.shape[1]
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    bm, bn, bd = attention_tiles(q, block_m, block_n)
+    delta = torch.empty(bh, seq_q, device=q.device, dtype=torch.float32)
+    attention_bwd_delta_kernel[(triton.cdiv(seq_q, bm), bh)](o, do, delta, seq_q, head_dim,
+                                                             BLOCK_M=bm, BLOCK_D=bd)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    common = dict(CAUSAL=causal, DOT_PRECISION=_precision(q), BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd,
+                  num_warps=_warps(max(bm, bn), bd))
+    attention_bwd_dkdv_kernel[(triton.cdiv(seq_k, bn), bh)](q, k, v, do, lse, delta, dk, dv, seq_q, seq_k,
+                                                            head_dim, scale, **common)
+    attention_bwd_dq_kernel[(triton.cdiv(seq_q, bm), bh)](q, k, v, do, lse, delta, dq, seq_q, seq_k,
+                                                          head_dim, scale, **common)
+    return dq, dk, dv

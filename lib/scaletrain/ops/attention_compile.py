@@ -1,0 +1,48 @@
+"""Compile module 1b's Triton kernels (attention, cross-entropy, embedding) for sm_80 without a GPU.
+
+The same check as module 1's (triton_compile.py: the interpreter accepts code the compiler
+rejects), with these kernels' signatures.  `compile_fused(module)` runs triton_compile's
+compile_module with SIGNATURES added to its table for the duration of the call.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from unittest import mock
+
+from scaletrain.ops import triton_compile
+
+__all__ = ["SIGNATURES", "compile_fused"]
+
+_I, _F, _L = "i32", "*fp32", "*i64"
+_ATT = dict(seq_q=_I, seq_k=_I, head_dim=_I, scale="fp32")
+# the causal branch holds all the code of the other one; head dim 128 is the largest tile
+_TILES = [dict(CAUSAL=True, DOT_PRECISION="tf32", BLOCK_M=64, BLOCK_N=64, BLOCK_D=128)]
+
+SIGNATURES = {
+    "attention_fwd_kernel": (dict(q_ptr="{T}", k_ptr="{T}", v_ptr="{T}", o_ptr="{T}", lse_ptr=_F, **_ATT), _TILES),
+    "attention_bwd_delta_kernel": (dict(o_ptr="{T}", do_ptr="{T}", delta_ptr=_F, seq_q=_I, head_dim=_I),
+                                   [dict(BLOCK_M=64, BLOCK_D=128)]),
+    "attention_bwd_dkdv_kernel": (dict(q_ptr="{T}", k_ptr="{T}", v_ptr="{T}", do_ptr="{T}", lse_ptr=_F, delta_ptr=_F,
+                                       dk_ptr="{T}", dv_ptr="{T}", **_ATT), _TILES),
+    "attention_bwd_dq_kernel": (dict(q_ptr="{T}", k_ptr="{T}", v_ptr="{T}", do_ptr="{T}", lse_ptr=_F, delta_ptr=_F,
+                                     dq_ptr="{T}", **_ATT), _TILES),
+    "cross_entropy_fwd_kernel": (dict(x_ptr="{T}", target_ptr=_L, loss_ptr=_F, lse_ptr=_F, vocab=_I, smoothing="fp32",
+                                      ignore_index="i64"), [dict(BLOCK_V=4096)]),
+    "cross_entropy_bwd_kernel": (dict(x_ptr="{T}", target_ptr=_L, lse_ptr=_F, dloss_ptr=_F, dx_ptr="{T}", vocab=_I,
+                                      smoothing="fp32", ignore_index="i64"), [dict(BLOCK_V=4096)]),
+    "embedding_fwd_kernel": (dict(ids_ptr=_L, tok_ptr="{T}", pos_ptr="{T}", y_ptr="{T}", keep_ptr="*i8", tokens=_I,
+                                  seq=_I, dim=_I, p="fp32", seed=_I),
+                             [dict(DROPOUT=True, BLOCK_T=16, BLOCK_D=128)]),
+    "embedding_bwd_kernel": (dict(ids_ptr=_L, dy_ptr="{T}", keep_ptr="*i8", dtok_ptr=_F, dpos_ptr=_F, tokens=_I,
+                                  seq=_I, dim=_I, p="fp32"),
+                             [dict(DROPOUT=True, BLOCK_T=16, BLOCK_D=128)]),
+}
+
+
+def compile_fused(module: ModuleType, *, arch: int = 80, storage: str = "fp16",
+                  kernels: tuple[str, ...] | None = None) -> list[dict]:
+    """triton_compile.compile_module over SIGNATURES' kernels that `module` defines."""
+    with mock.patch.dict(triton_compile.KERNEL_SIGNATURES, SIGNATURES):
+        names = tuple(SIGNATURES) if kernels is None else kernels
+        return triton_compile.compile_module(module, arch=arch, storage=storage, kernels=names)
