@@ -45,3 +45,10 @@ def test_world_size_one_is_rejected_with_the_reason(capsys):
     with pytest.raises(SystemExit):
         benchmark.main(["--world-sizes", "1"])
     assert "p must be >= 2" in capsys.readouterr().err
+
+
+def test_sweep_names_a_missing_ring_file_before_starting_ranks(tmp_path, monkeypatch):
+    """a2 task 2.4's `--sweep --impl DIR`: a folder without ring.py is an error naming the file."""
+    monkeypatch.delenv("SCALETRAIN_STUDENT_FILES", raising=False)
+    with pytest.raises(SystemExit, match="ring.py is missing"):
+        benchmark.main(["--sweep", "--impl", str(tmp_path)])

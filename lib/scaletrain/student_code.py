@@ -120,6 +120,17 @@ def _resolve(stem: str, impl: str) -> Path | None:
     return path
 
 
+def for_ranks(stem: str, impl: str) -> Path | None:
+    """Ranks started from now on import `stem`'s library module from the file `impl` names (this
+    process keeps the module it has: a benchmark that already imported the library can still time
+    a student's file); returns that file, or None for the library's own."""
+    file = _resolve(stem, impl)
+    if file is not None:
+        import json
+        os.environ[IMPL_ENV] = json.dumps({**_chosen(), STUDENT_MODULES[stem][0]: str(file)})
+    return file
+
+
 def implementation(stems, impl: str = "reference", *, announce: bool = True):
     """The notebooks' switch: which code the demos run for the student files `stems` ("ring", or a
     tuple such as ("dp_bucket", "dp_data_parallel")).

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
+import torch.distributed as dist
 
 from scaletrain.dp.data_parallel import DataParallel
 from scaletrain.dp.naive import NaiveDataParallel
@@ -69,19 +70,25 @@ def _timelines(rank, p, cfg, cap_mb, batch) -> dict[str, Trace]:
     return out
 
 
-def _exposed(rank, p, cfg, cap_mb, shapes) -> dict[int, tuple[float, float]]:
-    """tokens per rank -> (backward ms, exposed communication ms after backward), best of 3.
-    `shapes`: (sequences, sequence length) per rank; the gradient bytes stay the same."""
+def _exposed(rank, p, cfg, cap_mb, shapes, steps: int = 5) -> dict[int, tuple[list[float], list[float]]]:
+    """tokens per rank -> (backward ms, exposed communication ms), one of each per step, `steps`
+    steps after a warm-up (the notebook plots their median and p20-p80). Both are taken over all
+    ranks: backward is the slowest rank's, and communication is exposed from the moment the *last*
+    rank's backward ended until the last rank's step ended. Measured on rank 0 alone, the wait for
+    a slower rank's backward would count as communication. (perf_counter is CLOCK_MONOTONIC, one
+    clock for every process of the machine.) `shapes`: (sequences, sequence length) per rank; the
+    gradient bytes stay the same."""
     out = {}
     trace = Trace()
     model = DataParallel(GPT(cfg), bucket_cap_mb=cap_mb, allreduce="torch", trace=trace)
     for rows, seq_len in shapes:
         x, y = _local(cfg, rank, p, rows, seq_len=seq_len)
         _traced_step(model, x, y, trace)
-        runs = [_traced_step(model, x, y, trace) for _ in range(3)]
-        best = min(runs, key=lambda t: t.first("finish_end") - t.first("backward_start"))
-        out[rows * seq_len] = ((best.first("backward_end") - best.first("backward_start")) * 1e3,
-                               (best.first("finish_end") - best.first("backward_end")) * 1e3)
+        runs = [_traced_step(model, x, y, trace) for _ in range(steps)]
+        marks = torch.tensor([[t.first("backward_end") - t.first("backward_start"), t.first("backward_end"),
+                               t.first("finish_end")] for t in runs], dtype=torch.float64)
+        dist.all_reduce(marks, op=dist.ReduceOp.MAX)  # slowest backward, last backward end, last step end
+        out[rows * seq_len] = ((marks[:, 0] * 1e3).tolist(), ((marks[:, 2] - marks[:, 1]) * 1e3).tolist())
     model.close()
     return out
 

@@ -88,17 +88,21 @@ class Trace:
 
 def plot_timeline(ax, trace: Trace, *, row: float = 0.0, label: str = "", t0: float | None = None):
     """Draw one step on `ax` (a matplotlib Axes): backward as a grey bar, each bucket's allreduce
-    from launch to done as a coloured bar, gradient arrivals as ticks. Times in ms from `t0`."""
+    from launch to done as a coloured bar, gradient arrivals as ticks, and the step's end (when
+    `finish_gradient_synchronization()` returned) as a black bar across the row. Times in ms from `t0`."""
     t0 = trace.first("backward_start") if t0 is None else t0
     ms = lambda t: (t - t0) * 1e3  # noqa: E731
     bwd0, bwd1 = ms(trace.first("backward_start")), ms(trace.first("backward_end"))
-    ax.broken_barh([(bwd0, bwd1 - bwd0)], (row + 0.55, 0.35), color="0.75")
-    ax.vlines([ms(e.t) for e in trace.of("grad")], row + 0.55, row + 0.9, color="0.3", lw=0.6)
+    ax.broken_barh([(bwd0, bwd1 - bwd0)], (row + 0.5, 0.3), color="0.75")
+    ax.vlines([ms(e.t) for e in trace.of("grad")], row + 0.5, row + 0.8, color="0.3", lw=0.6)
     done = {e.key: e.t for e in trace.of("done")}
     colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"]
     for e in trace.of("launch"):
         end = ms(done.get(e.key, e.t))
         ax.broken_barh([(ms(e.t), max(end - ms(e.t), 0.05))], (row + 0.1, 0.35),
                        color=colors[e.key % len(colors)])
-    ax.text(0, row + 0.95, label, fontsize=8, va="bottom")
+    finish = [e.t for e in trace.of("finish_end")]
+    if finish:  # the step ends here: everything right of backward's end up to this line is exposed
+        ax.vlines(ms(finish[0]), row + 0.05, row + 0.85, color="black", lw=2.5)
+    ax.text(0, row + 0.84, label, fontsize=11, va="bottom")
     return ax

@@ -61,10 +61,13 @@ def _stages(num_stages: int, layers: int, d: int) -> list[nn.Module]:
             for _ in range(num_stages)]
 
 
-def measure_timelines(rank: int, p: int, names: tuple[str, ...], m: int, d: int = 128, layers: int = 4,
-                      batch: int = 32, steps: int = 3) -> dict:
-    """Rank body for `spawn`: run each schedule in `names` on the equal-cost MLP for `steps` steps;
-    return {name: {"spans": this rank's timeline of the last step, "peak_bytes": ...}} (notebook 04)."""
+def measure_timelines(rank: int, p: int, names: tuple[str, ...], m: int, d: int = 512, layers: int = 4,
+                      batch: int = 256, steps: int = 7) -> dict:
+    """Rank body for `spawn`: run each schedule in `names` on the equal-cost MLP for a warm-up step
+    and `steps` timed steps; return {name: {"spans": this rank's timeline of the median step,
+    "peak_bytes": ..., "makespans": every timed step's, in seconds}} (notebook 04). The median step is the same one on every rank (makespans
+    over all ranks, MAX-reduced): a step in which another process stole the core for tens of ms
+    is the exception on a shared machine, and one such action would dominate the fitted means."""
     gen = torch.Generator().manual_seed(1)
     x, y = torch.randn(batch, d, generator=gen), torch.randn(batch, d, generator=gen)
     out = {}
@@ -73,10 +76,20 @@ def measure_timelines(rank: int, p: int, names: tuple[str, ...], m: int, d: int 
         all_stages = _stages(p * v, layers, d)
         ex = PipelineExecutor({s: all_stages[s] for s in range(rank, p * v, p)}, schedule=schedule,
                               loss_fn=Fn.mse_loss)
-        for _ in range(steps):
+        runs = []
+        for _ in range(steps + 1):
             dist.barrier()
             ex.step(x if ex.is_first_stage else None, y if ex.is_last_stage else None)
-        out[name] = {"spans": list(ex.timeline), "peak_bytes": ex.peak_activation_bytes}
+            runs.append(list(ex.timeline))
+        runs = runs[1:]  # the first step pays for allocations and gloo's connections
+        # makespan over all ranks = max end - min start; one MAX-reduce of (end, -start) per step
+        bounds = torch.tensor([[max(s.end for s in run), -min(s.start for s in run)] for run in runs],
+                              dtype=torch.float64)
+        dist.all_reduce(bounds, op=dist.ReduceOp.MAX)
+        makespans = (bounds[:, 0] + bounds[:, 1]).tolist()
+        median_step = sorted(range(steps), key=makespans.__getitem__)[steps // 2]
+        out[name] = {"spans": runs[median_step], "peak_bytes": ex.peak_activation_bytes,
+                     "makespans": makespans}
     return out
 
 
