@@ -6,9 +6,7 @@ import pytest
 import torch
 
 from scaletrain.ops import conformance as cf
-from scaletrain.ops import layer_norm, softmax
 from scaletrain.ops.backends import get_backend, resolve
-from scaletrain.testing import assert_close
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none here)")]
@@ -39,19 +37,7 @@ def test_softmax_masks_causal_and_huge_logits(backend, s):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_autograd_path_and_unaligned_views(backend):
-    torch.manual_seed(3)
-    base = torch.randn(64 * 771 + 1, device="cuda")
-    x = base[1:].view(64, 771).requires_grad_()  # 4 bytes past a 16-byte boundary: scalar loads
-    y = softmax(x, backend=backend)
-    xr = x.detach().double().requires_grad_()
-    yr = torch.softmax(xr, -1)
-    dy = torch.randn_like(x)
-    y.backward(dy)
-    yr.backward(dy.double())
-    assert_close(y, yr, what="unaligned softmax")
-    assert_close(x.grad, xr.grad, rtol=1e-4, what="unaligned softmax grad", floor=1e-6)
-    h = layer_norm(x.detach(), 771, backend=backend)
-    assert_close(h, torch.nn.functional.layer_norm(x.detach().double(), (771,)), what="unaligned layer_norm")
+    cf.unaligned_views(backend, rows=64, device="cuda")
 
 
 def test_auto_prefers_the_fused_kernels_on_gpu():

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from autograder.checks import forbid_aten, student_module
-from autograder.probes.triton_kernels import NanOutputs, triton_mode, unwrap_stub
+from autograder.probes.triton_kernels import NanOutputs, graft, triton_mode, unwrap_stub
 
 KERNELS = {"softmax_triton": ("softmax_fwd_kernel", "softmax_bwd_kernel"),
            "layer_norm_triton": ("layer_norm_fwd_kernel", "layer_norm_bwd_dx_kernel", "layer_norm_bwd_dwdb_kernel")}
@@ -46,26 +46,9 @@ class _NoLaunch:
         return lambda *args, **kwargs: None
 
 
-@functools.cache
-def _graft(stem: str, interpret: bool):
-    """The grader's copy of kernels/<stem>.py with the student's kernels in place of its stubs."""
-    from scaletrain.ops.backends import KERNELS_DIR, load_kernel_module
-
-    triton_mode(interpret)
-    student = student_module(stem)
-    grader = load_kernel_module(KERNELS_DIR / f"{stem}.py", name=f"grader_{stem}")
-    for name in KERNELS[stem]:
-        kernel = getattr(student, name, None)
-        if type(kernel).__name__ not in ("JITFunction", "InterpretedFunction"):
-            raise AssertionError(f"{stem}.py: `{name}` must stay a @triton.jit kernel (the grader launches it "
-                                 f"with the given wrapper), found {type(kernel).__name__}")
-        setattr(grader, name, kernel)
-    return grader
-
-
 @contextlib.contextmanager
 def _launch_setup(stem: str, interpret: bool, *, nan_outputs: bool, skip: tuple[str, ...]):
-    grader = _graft(stem, interpret)
+    grader = graft(stem, KERNELS[stem], interpret)
     kernels = {name: getattr(grader, name) for name in skip}
     grader.torch = NanOutputs() if nan_outputs else torch
     for name in skip:

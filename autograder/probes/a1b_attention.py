@@ -2,7 +2,7 @@
 
 The design of a1's probe (autograder/probes/a1_kernels.py): the grading build holds the released
 stub of each Triton file, whose wrappers (`attention_fwd`, `cross_entropy_bwd`, ...) are given
-code; `_graft` loads that copy and puts the student's @triton.jit kernels in place of its stubs,
+code; `triton_kernels.graft` loads that copy and puts the student's @triton.jit kernels in place of its stubs,
 so the student's own wrappers never run and only the kernels write the outputs, into buffers
 filled with NaN first.  The expected values and the verdicts are the trusted side's
 (autograder/suites/a1b_attention.py).
@@ -16,12 +16,11 @@ does (a patched launcher computing in torch) comes back `flagged`.
 from __future__ import annotations
 
 import contextlib
-import functools
 
 import torch
 
 from autograder.checks import Flagged, forbid_aten, student_module
-from autograder.probes.triton_kernels import NanOutputs, triton_mode, unwrap_stub
+from autograder.probes.triton_kernels import NanOutputs, graft, triton_mode, unwrap_stub
 
 KERNELS = {"attention_triton": ("attention_fwd_kernel", "attention_bwd_dkdv_kernel", "attention_bwd_dq_kernel"),
            "cross_entropy_triton": ("cross_entropy_fwd_kernel", "cross_entropy_bwd_kernel")}
@@ -31,23 +30,6 @@ LIBRARY_KERNELS = ("_scaled_dot_product_attention_math", "_scaled_dot_product_fl
                    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
                    "_scaled_dot_product_cudnn_attention", "_softmax", "_log_softmax", "logsumexp",
                    "nll_loss_forward", "nll_loss_nd", "cross_entropy_loss")
-
-
-@functools.cache
-def _graft(stem: str, interpret: bool):
-    """The grader's copy of kernels/<stem>.py with the student's kernels in place of its stubs."""
-    from scaletrain.ops.backends import KERNELS_DIR, load_kernel_module
-
-    triton_mode(interpret)
-    student = student_module(stem)
-    grader = load_kernel_module(KERNELS_DIR / f"{stem}.py", name=f"grader_{stem}")
-    for name in KERNELS[stem]:
-        kernel = getattr(student, name, None)
-        if type(kernel).__name__ not in ("JITFunction", "InterpretedFunction"):
-            raise AssertionError(f"{stem}.py: `{name}` must stay a @triton.jit kernel (the grader launches it "
-                                 f"with the given wrapper), found {type(kernel).__name__}")
-        setattr(grader, name, kernel)
-    return grader
 
 
 @contextlib.contextmanager
@@ -84,7 +66,7 @@ def run(op: str, args: list, *, device: str = "cpu", interpret: bool = True, max
     args = [a.to(device) if isinstance(a, torch.Tensor) else a for a in args]
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     before = [t.clone() for t in tensors]
-    grader = _graft(WRAPPERS[op], interpret)
+    grader = graft(WRAPPERS[op], KERNELS[WRAPPERS[op]], interpret)
     grader.torch = NanOutputs()
     try:
         with forbid_aten(*LIBRARY_KERNELS), _no_tensor_of(max_elements):
@@ -108,7 +90,7 @@ def time_batch(op: str, args: list, *, reps: int) -> None:
     """`reps` calls of the grader's wrapper on the student's kernels, on the GPU, then a sync;
     the trusted side's clock times this call (outputs checked separately, by `run`)."""
     args = [a.cuda() if isinstance(a, torch.Tensor) else a for a in args]
-    fn = getattr(_graft(WRAPPERS[op], False), op)
+    fn = getattr(graft(WRAPPERS[op], KERNELS[WRAPPERS[op]], False), op)
     for _ in range(reps):
         fn(*args)
     torch.cuda.synchronize()

@@ -188,3 +188,25 @@ def layer_norm_backward(backend: Backend, shape, *, dtype: str = "fp32", seed: i
         # dweight / dbias sum over all rows: their error grows like sqrt(rows) in fp16 / bf16
         scaled = tol * (1 if name == "dx" else max(1.0, math.sqrt(x.shape[0]) / 8))
         assert_rel_close(got, r.grad, tol=scaled, what=f"{what}, {name}", floor=1e-6)
+
+
+def unaligned_views(backend, *, rows: int, device: str = "cpu") -> None:
+    """The autograd path on a view 4 bytes past a 16-byte boundary with an odd width (771): the
+    kernels must fall back to scalar loads. Softmax forward and backward, LayerNorm forward,
+    against float64 torch."""
+    from scaletrain.ops import layer_norm, softmax
+    from scaletrain.testing import assert_close
+
+    torch.manual_seed(3)
+    base = torch.randn(rows * 771 + 1, device=device)
+    x = base[1:].view(rows, 771).requires_grad_()
+    y = softmax(x, backend=backend)
+    xr = x.detach().double().requires_grad_()
+    yr = torch.softmax(xr, -1)
+    dy = torch.randn_like(x)
+    y.backward(dy)
+    yr.backward(dy.double())
+    assert_close(y, yr, what="unaligned softmax")
+    assert_close(x.grad, xr.grad, rtol=1e-4, what="unaligned softmax grad", floor=1e-6)
+    h = layer_norm(x.detach(), 771, backend=backend)
+    assert_close(h, F.layer_norm(x.detach().double(), (771,)), what="unaligned layer_norm")
