@@ -46,6 +46,7 @@ _SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
 EXIT_GRACE_S = 2.0                 # a closed worker's time to exit by itself
 WORKER_TMP = "/tmp"                 # where workers get their folders (reachable by any account)
 BUILD_ENV = "AUTOGRADER_BUILD"     # the grading build of the library, made by grade.py for the group
+RANKS_FORK_ENV = "SCALETRAIN_START_METHOD"  # scaletrain.launch.START_METHOD_ENV (not imported: it loads torch)
 
 
 def worker_runs_as_root() -> bool:
@@ -142,6 +143,8 @@ class Untrusted:
         env = {k: v for k, v in os.environ.items() if k not in inherited}
         env.update(PYTHONPATH=os.pathsep.join(map(str, paths)), HOME=str(self._work), TMPDIR=str(self._work),
                    **{SUBMISSION_ENV: str(self.submission)})
+        if self.device == "cpu":  # ranks fork from this one-thread worker, torch already loaded
+            env[RANKS_FORK_ENV] = "fork"
         return env
 
     def log_tail(self, lines: int = 5) -> str:

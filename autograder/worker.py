@@ -67,4 +67,9 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # the grader closed the channel and removes this process's folder: skip the teardown of
+    # torch (half a second) and whatever exit hooks the student's code registered
+    os._exit(code)

@@ -56,6 +56,16 @@ def flag():
 
 def huge():
     raise ValueError("x" * 10_000_000)
+
+def _rank_parent(rank, world_size):
+    import torch, torch.distributed as dist
+    t = torch.tensor([float(rank + 1)])
+    dist.all_reduce(t)
+    return os.getppid(), t.item()
+
+def ranks_parents():
+    from scaletrain.launch import spawn
+    return os.getpid(), spawn(_rank_parent, 2)
 '''
 
 
@@ -125,3 +135,16 @@ def test_wire_refuses_what_it_does_not_carry():
     with pytest.raises(wire.WireError):
         wire.decode({"__dtype__": "Tensor"})
     assert sys.getrecursionlimit()  # decode of deep nesting is bounded by Python itself
+
+
+def test_ranks_fork_from_the_worker_on_cpu(worker):
+    """On CPU the worker's ranks fork from it (torch already loaded) instead of from a fork server
+    that imports torch again for every group: their parent is the worker, and gloo works."""
+    pid, ranks = worker("ranks_parents")
+    assert [list(r) for r in ranks] == [[pid, 3.0], [pid, 3.0]]
+
+
+def test_the_worker_names_launch_s_start_method_variable():
+    from autograder.untrusted import RANKS_FORK_ENV
+    from scaletrain.launch import START_METHOD_ENV
+    assert RANKS_FORK_ENV == START_METHOD_ENV
