@@ -41,6 +41,18 @@ def test_table_reports_median_ratios_busbw_model_and_exact_bytes(tmp_path, monke
     assert (tmp_path / "busbw.png").stat().st_size > 1000
 
 
+def test_target_line_counts_cells_in_range_and_names_the_misses():
+    def row(p, nbytes, ratio):
+        return dict(p=p, nbytes=nbytes, ring=_comparison([ratio, ratio * 0.9, ratio * 1.1], [1.0] * 3))
+
+    rows = [row(2, 4 << 10, 3.0),              # below 256 KiB: outside the target
+            row(2, 256 << 10, 1.2), row(2, 64 << 20, 0.95), row(4, 1 << 20, 1.0)]
+    line = benchmark.target_summary(rows)
+    assert "met in 2 of 3 cells" in line and "missed: p=2 256 KiB 1.20" in line and "4 KiB" not in line
+    assert "missed" not in benchmark.target_summary(rows[2:])
+    assert "no size" in benchmark.target_summary(rows[:1])
+
+
 def test_world_size_one_is_rejected_with_the_reason(capsys):
     with pytest.raises(SystemExit):
         benchmark.main(["--world-sizes", "1"])

@@ -204,6 +204,21 @@ def _main_sweep(args, segments: tuple[int, ...], in_flight: tuple[int, ...]) -> 
     return 0
 
 
+# issue 16's speed target: the ring no slower than the backend's allreduce over this size range
+TARGET_SIZES, TARGET_RATIO = (256 << 10, 64 << 20), 1.0
+
+
+def target_summary(rows: list[dict[str, Any]]) -> str:
+    """One line: in how many (p, size) cells inside TARGET_SIZES the ring's median paired ratio to
+    the backend is <= TARGET_RATIO, and which cells miss it."""
+    cells = [r for r in rows if TARGET_SIZES[0] <= r["nbytes"] <= TARGET_SIZES[1]]
+    if not cells:
+        return "target: no size in 256 KiB-64 MiB was measured"
+    missed = [f"p={r['p']} {_size(r['nbytes'])} {r['ring'].ratio:.2f}" for r in cells if r["ring"].ratio > TARGET_RATIO]
+    return (f"target (ring/backend <= {TARGET_RATIO:.2f} from {_size(TARGET_SIZES[0])} to {_size(TARGET_SIZES[1])}): "
+            f"met in {len(cells) - len(missed)} of {len(cells)} cells" + (f"; missed: {', '.join(missed)}" if missed else ""))
+
+
 def _size(nbytes: int) -> str:
     return f"{nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KiB"
 
@@ -250,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
           f"ratios > 1 mean slower than the backend; a row's allreduce ratios share one backend measurement, "
           f"rs/backend rs has its own (the backend's reduce_scatter_single)")
     print(bench.format_table(table_rows(rows, model), COLUMNS))
+    print(target_summary(rows))
     print(f"fitted ring model: alpha = {model.alpha_s * 1e6:.1f} us/message, "
           f"beta = 1/({model.bandwidth_gbps:.2f} GB/s)")
     print(f"plot: {plot(rows, 'allreduce_busbw.png')}")
