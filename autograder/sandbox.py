@@ -187,6 +187,16 @@ def _prctl(option: int, value: int) -> None:
         raise OSError(ctypes.get_errno(), f"prctl({option}, {value}) failed")
 
 
+def exit_now(code: int):
+    """End this process at once, its output flushed: for a group's runner and worker, whose work is
+    on disk (`record` flushes every line) or was sent, and whose folder the grader removes. Skips
+    the interpreter's teardown of torch (half a second per process) and any exit hook the
+    student's code registered."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def confine(box: Sandbox) -> None:
     """The limits, set in a process that will run student code, after its switch of account and
     before its exec (the warden's child here; the worker of autograder/untrusted.py)."""

@@ -213,7 +213,7 @@ def target_summary(rows: list[dict[str, Any]]) -> str:
     the backend is <= TARGET_RATIO, and which cells miss it."""
     cells = [r for r in rows if TARGET_SIZES[0] <= r["nbytes"] <= TARGET_SIZES[1]]
     if not cells:
-        return "target: no size in 256 KiB-64 MiB was measured"
+        return f"target: no size from {_size(TARGET_SIZES[0])} to {_size(TARGET_SIZES[1])} was measured"
     missed = [f"p={r['p']} {_size(r['nbytes'])} {r['ring'].ratio:.2f}" for r in cells if r["ring"].ratio > TARGET_RATIO]
     return (f"target (ring/backend <= {TARGET_RATIO:.2f} from {_size(TARGET_SIZES[0])} to {_size(TARGET_SIZES[1])}): "
             f"met in {len(cells) - len(missed)} of {len(cells)} cells" + (f"; missed: {', '.join(missed)}" if missed else ""))
