@@ -138,7 +138,7 @@ def reasons(results):
 def test_solution_passes_and_gpu_group_is_not_run(make_submission):
     results = grade_assignment(MANIFEST, make_submission(), "cpu")
     assert outcomes(results) == {"adds": "passed", "multiplies": "passed", "ranks add": "passed",
-                                 "no forbidden sum at run time": "passed", "fast on gpu": "not_run"}
+                                 "no forbidden sum at run time": "passed", "fast on gpu": "not_run"}, reasons(results)
     assert exit_code(results) == 3
     payload = to_gradescope(results, device="cpu", elapsed=1.0)
     assert payload["score"] == 4 and payload["max_score"] == 4 and payload["extra_data"]["incomplete"]  # GPU: pending
@@ -199,8 +199,9 @@ def test_only_the_manifest_files_are_graded(make_submission):
     shutil.rmtree(folder / "scaletrain")
     (folder / "helper.py").unlink()
     alone = grade_assignment(MANIFEST, folder, "cpu")
-    assert outcomes(with_extras) == outcomes(alone) and "fast on gpu" in outcomes(alone)
-    assert set(outcomes(alone).values()) == {"passed", "not_run"}
+    assert outcomes(with_extras) == outcomes(alone) and "fast on gpu" in outcomes(alone), \
+        (reasons(with_extras), reasons(alone))
+    assert set(outcomes(alone).values()) == {"passed", "not_run"}, reasons(alone)
 
 
 def test_a_helper_module_next_to_the_submission_cannot_be_imported(make_submission):

@@ -1,12 +1,15 @@
 """scaletrain.launch.spawn: results per rank, failures named by rank, deadlocks end, no orphans."""
 
 import os
+import pickle
+import queue
 import time
 
 import pytest
 import torch
 import torch.distributed as dist
 
+from scaletrain import launch
 from scaletrain.launch import RankError, SpawnTimeout, spawn
 
 
@@ -76,6 +79,31 @@ def test_os_exit_is_reported_and_the_other_rank_is_killed():
     with pytest.raises(RankError, match="exited with code 3"):
         spawn(_exits, 2, timeout_s=30)
     assert time.monotonic() - start < 25  # rank 1 sleeps 60 s: it was killed, not waited for
+
+
+class _ExitedRank:
+    exitcode = 0
+
+
+class _LateQueue:
+    """A results queue whose messages arrive only after the ranks have exited: the caller's first
+    poll ends empty just before each rank's last write."""
+
+    def __init__(self, messages):
+        self.messages = [None] + list(messages)
+
+    def get(self, timeout):
+        message = self.messages.pop(0)
+        if message is None:
+            raise queue.Empty
+        return message
+
+
+def test_a_result_written_just_before_the_rank_exits_is_still_read():
+    messages = [("ready", 0, None), ("ready", 1, None), ("ok", 0, pickle.dumps("a")), ("ok", 1, pickle.dumps("b"))]
+    assert launch._collect([_ExitedRank(), _ExitedRank()], _LateQueue(messages), 2, timeout_s=5) == ["a", "b"]
+    with pytest.raises(RankError, match="rank 1.*exited with code 0"):
+        launch._collect([_ExitedRank(), _ExitedRank()], _LateQueue(messages[:3] + [None]), 2, timeout_s=5)
 
 
 def test_bad_arguments_are_refused_before_spawning():

@@ -137,11 +137,12 @@ def _collect(procs, results, world_size: int, timeout_s: float) -> list[Any]:
     deadline = time.monotonic() + STARTUP_S
     ready: set[int] = set()
     outputs: dict[int, Any] = {}
+    exited: set[int] = set()
     while len(outputs) < world_size:
         try:
             kind, rank, payload = results.get(timeout=0.2)
         except queue.Empty:
-            _raise_if_dead(procs, outputs)
+            exited = _raise_if_still_silent(procs, outputs, exited)
             if time.monotonic() > deadline:
                 missing = sorted(set(range(world_size)) - set(outputs))
                 phase = "finish" if len(ready) == world_size else "start"
@@ -181,11 +182,14 @@ def _raise_primary(errors: dict, results) -> None:
     raise RankError(rank, *caused[rank])
 
 
-def _raise_if_dead(procs, outputs) -> None:
-    for rank, p in enumerate(procs):
-        if rank not in outputs and p.exitcode is not None:
-            time.sleep(0.3)  # its last message may still be in the pipe; the caller re-polls first
-            raise RankError(rank, "ProcessExit", f"process exited with code {p.exitcode} before returning")
+def _raise_if_still_silent(procs, outputs, exited: set[int]) -> set[int]:
+    """The ranks that have exited without a result. A rank writes its result, then exits; the
+    caller's last poll may have ended just before the write, so a rank is declared dead only if
+    it was already gone before a poll that came back empty."""
+    gone = {rank for rank, p in enumerate(procs) if rank not in outputs and p.exitcode is not None}
+    for rank in sorted(gone & exited):
+        raise RankError(rank, "ProcessExit", f"process exited with code {procs[rank].exitcode} before returning")
+    return gone
 
 
 def _kill_all(procs) -> None:
