@@ -8,6 +8,7 @@ import time
 import traceback
 from pathlib import Path
 
+from autograder import zygote
 from autograder.grade import UnusableSubmission, grade_assignment
 from autograder.manifest import REPO, all_manifests, get_manifest, hidden_suites_present
 from autograder.release import ReleaseError, release
@@ -84,20 +85,21 @@ def cmd_grade(args) -> int:
         if args.submission is not None and not Path(args.submission).is_dir():
             raise UnusableSubmission(f"submission folder {args.submission} does not exist")
         print(f"sandbox: {sandbox.describe()}", file=sys.stderr)
-        for m in manifests:
-            folder = submission_folder(m, args.submission, args.assignment == "all")
-            try:
-                results += grade_assignment(m, folder, device, progress=lambda s: print(s, file=sys.stderr))
-                ignored = ignored_files(m, folder)
-                if ignored:
-                    notes.append(f"{m.assignment}: not graded (not a file of the assignment): {', '.join(ignored)}")
-            except UnusableSubmission:
-                raise
-            except Exception as exc:  # noqa: BLE001 - a broken harness costs this assignment only
-                traceback.print_exc()
-                broken.append(clip(f"{m.assignment}: {type(exc).__name__}: {exc}"))
-                results += [Result(m.assignment, c, "error", f"the grader failed on this assignment: {broken[-1]}")
-                            for c in m.checks]
+        with zygote.preloaded():
+            for m in manifests:
+                folder = submission_folder(m, args.submission, args.assignment == "all")
+                try:
+                    results += grade_assignment(m, folder, device, progress=lambda s: print(s, file=sys.stderr))
+                    ignored = ignored_files(m, folder)
+                    if ignored:
+                        notes.append(f"{m.assignment}: not graded (not a file of the assignment): {', '.join(ignored)}")
+                except UnusableSubmission:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a broken harness costs this assignment only
+                    traceback.print_exc()
+                    broken.append(clip(f"{m.assignment}: {type(exc).__name__}: {exc}"))
+                    results += [Result(m.assignment, c, "error", f"the grader failed on this assignment: {broken[-1]}")
+                                for c in m.checks]
         print(table(results))
         print(summarize(results))
         harness_error = clip("; ".join(broken))
@@ -225,9 +227,10 @@ def cmd_regrade(args) -> int:
 
     start = time.monotonic()
     try:
-        payloads = regrade(get_manifest(args.assignment), Path(args.submissions), Path(args.out), _device(args.device),
-                           cpu_results=Path(args.cpu_results) if args.cpu_results else None, force=args.force,
-                           progress=lambda s: print(s, file=sys.stderr))
+        with zygote.preloaded():
+            payloads = regrade(get_manifest(args.assignment), Path(args.submissions), Path(args.out),
+                               _device(args.device), cpu_results=Path(args.cpu_results) if args.cpu_results else None,
+                               force=args.force, progress=lambda s: print(s, file=sys.stderr))
     except (KeyError, UnusableSubmission) as exc:
         print(f"error: {str(exc).strip(chr(39) + chr(34))}", file=sys.stderr)
         return EXIT_HARNESS

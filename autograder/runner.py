@@ -3,7 +3,8 @@
 Parent side (`run_group`): start `python -m autograder.runner <group spec> ...` in a sandbox
 (autograder/sandbox.py: a warden that enforces the group's timeout and limits, runs it as an
 unprivileged user, and kills every process it left, ranks and detached ones included), then read
-the group's report. Child side (`main`): import the suite, call the group function with a
+the group's report (a trusted group's runner is forked from the zygote instead, when one is
+active: autograder/zygote.py). Child side (`main`): import the suite, call the group function with a
 GroupContext. Checks the child never reported become `timeout` (killed), or `error` naming the
 exit code. The report is written by a process that runs student code, so it is read as untrusted
 input: a line that is malformed, too long, names an unknown outcome or repeats a check never
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from autograder import sandbox, untrusted
+from autograder import sandbox, untrusted, zygote
 from autograder.checks import SUBMISSION_ENV
 from autograder.context import GroupContext, classify, clip
 from autograder.manifest import OUTCOMES, Check, Group, Manifest
@@ -102,7 +103,7 @@ def _run_child(group, submission, device, report, log, box, build) -> tuple[bool
     spec = json.dumps({"group": group.name, "fn": group.fn, "checks": [c.name for c in group.checks],
                        "trusted": group.trusted, "timeout_s": group.timeout_s})
     cmd = [sys.executable, "-m", "autograder.runner", spec, str(submission), device, str(report)]
-    return sandbox.run(cmd, box, env=env, log=log)
+    return zygote.run(cmd, box, env=env, log=log, trusted=group.trusted)
 
 
 def read_report(path: Path, names: list[str]) -> dict[str, tuple[str, str, float]]:

@@ -210,7 +210,7 @@ def confine(box: Sandbox) -> None:
             resource.setrlimit(which, (value, value))
 
 
-def _child_env(box: Sandbox) -> dict[str, str]:
+def child_env(box: Sandbox) -> dict[str, str]:
     """The warden's environment with every place tools write by default moved to the work folder
     (torch, Triton and nvcc keep caches under HOME or TMPDIR)."""
     here = box.workdir
@@ -269,17 +269,15 @@ def _sigterm(signum, frame) -> None:
     raise SystemExit(128 + signum)  # unwinds into main's `finally`: clean up, then exit
 
 
-def main(argv: list[str]) -> int:
-    box = Sandbox(**json.loads(argv[0]))
+def guard(box: Sandbox, start) -> dict:
+    """The warden's work around the child `start()` returns (a Popen, or anything with its
+    `wait(timeout)`): wait up to the limit, then kill and reap everything below; the status."""
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     signal.signal(signal.SIGTERM, _sigterm)
     _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # the grader was killed: clean up now, not at the limit
     timed_out, code = False, None
-    account = {} if box.uid is None else {"user": box.uid, "group": box.gid, "extra_groups": []}
     try:
-        child = subprocess.Popen(argv[1:], cwd=box.workdir, env=_child_env(box), stdin=subprocess.DEVNULL,
-                                 stdout=sys.stderr.fileno(), stderr=subprocess.STDOUT,
-                                 preexec_fn=lambda: confine(box), **account)  # the warden has no threads
+        child = start()
         try:
             code = child.wait(timeout=box.timeout_s)
         except subprocess.TimeoutExpired:
@@ -287,7 +285,17 @@ def main(argv: list[str]) -> int:
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the clean-up short
         _kill_descendants()
-    print(json.dumps({"timed_out": timed_out, "code": code}), flush=True)
+    return {"timed_out": timed_out, "code": code}
+
+
+def main(argv: list[str]) -> int:
+    box = Sandbox(**json.loads(argv[0]))
+    account = {} if box.uid is None else {"user": box.uid, "group": box.gid, "extra_groups": []}
+    status = guard(box, lambda: subprocess.Popen(
+        argv[1:], cwd=box.workdir, env=child_env(box), stdin=subprocess.DEVNULL,
+        stdout=sys.stderr.fileno(), stderr=subprocess.STDOUT,
+        preexec_fn=lambda: confine(box), **account))  # the warden has no threads
+    print(json.dumps(status), flush=True)
     return 0
 
 

@@ -11,6 +11,7 @@ from functools import partial
 from pathlib import Path
 from typing import Callable
 
+from autograder import zygote
 from autograder.grade import grade_assignment
 from autograder.manifest import Manifest, Planted, get_manifest
 from autograder.runner import Result
@@ -64,8 +65,9 @@ def run_selftest(assignment: str, *, device: str = "cpu",
     """The solution is graded alone (its speed checks need a quiet machine); the stub and the
     planted cases, two at a time: much of their time is spent waiting for a hang's time limit."""
     m = get_manifest(assignment)
-    cases = [check_solution(m, device, progress)]
-    jobs = [(check_stub, m)] + [(partial(check_planted, m), p) for p in m.planted]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        cases += pool.map(lambda job: job[0](job[1], device, progress), jobs)
+    with zygote.preloaded():
+        cases = [check_solution(m, device, progress)]
+        jobs = [(check_stub, m)] + [(partial(check_planted, m), p) for p in m.planted]
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            cases += pool.map(lambda job: job[0](job[1], device, progress), jobs)
     return cases

@@ -1,0 +1,217 @@
+"""Trusted group runners forked from a process that has torch loaded, instead of started fresh.
+
+A group's runner (`python -m autograder.runner`) spends about 2 s of CPU importing torch before
+the suite does any work, and the selftest runs some two hundred groups. Inside `with
+preloaded():` the grader keeps one *zygote*: a process that imported torch and the runner once,
+never runs anything, and for each trusted group forks a warden (`sandbox.guard`, exactly the
+limits, time limit and clean-up of `python -m autograder.sandbox`), which forks the runner. The
+fork server of multiprocessing works the same way.
+
+Only trusted groups come from here: their runner is the grader's own code, and the student's code
+runs in the worker, which is still started fresh (`autograder/untrusted.py`). A group whose runner
+imports the submission runs as the sandbox account and keeps `sandbox.run`.
+
+The zygote ends with the `with` block (or with the grader: PR_SET_PDEATHSIG), and its wardens with
+it; nothing outlives the block.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+
+from autograder import sandbox
+
+PRELOAD = ("torch", "autograder.runner")
+MAX_REQUEST = 1 << 20     # bytes: a request is the runner's argv, its environment and its sandbox
+
+_active: Zygote | None = None
+
+
+class Zygote:
+    """The grader's handle: `run` has the signature and the results of `sandbox.run`."""
+
+    def __init__(self):
+        self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._proc = subprocess.Popen([sys.executable, "-m", "autograder.zygote", str(theirs.fileno())],
+                                      pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                                      start_new_session=True)
+        theirs.close()
+        self._lock = threading.Lock()  # one request and its answer at a time (the selftest's threads)
+
+    def run(self, cmd: list[str], box: sandbox.Sandbox, *, env: dict[str, str], log: Path) -> tuple[bool, int | None]:
+        """`cmd` is `python -m autograder.runner ARGS...`; (timed out, exit code) as `sandbox.run`."""
+        status_r, status_w = os.pipe()
+        try:
+            with open(log, "wb") as out, self._lock:
+                request = json.dumps({"box": asdict(box), "argv": cmd[3:], "env": env}).encode()
+                socket.send_fds(self._sock, [request], [out.fileno(), status_w])
+                warden = int(self._sock.recv(64))
+            os.close(status_w)
+            status_w = None
+            return _wait(warden, status_r, box.timeout_s + sandbox.WARDEN_GRACE_S)
+        finally:
+            os.close(status_r)
+            if status_w is not None:
+                os.close(status_w)
+
+    def close(self) -> None:
+        self._sock.close()  # the zygote reads the end of its requests and exits
+        try:
+            self._proc.wait(timeout=sandbox.KILL_WAIT_S)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+
+@contextlib.contextmanager
+def preloaded():
+    """Trusted groups graded inside the block fork from one zygote."""
+    global _active
+    if _active is not None:  # nested: the outer block's zygote serves
+        yield
+        return
+    _active = Zygote()
+    try:
+        yield
+    finally:
+        zygote, _active = _active, None
+        zygote.close()
+
+
+def run(cmd: list[str], box: sandbox.Sandbox, *, env: dict[str, str], log: Path, trusted: bool) -> tuple[bool, int | None]:
+    """A group's runner through the active zygote when it is trusted, else `sandbox.run`."""
+    zygote = _active
+    if zygote is None or not trusted or box.uid is not None:
+        return sandbox.run(cmd, box, env=env, log=log)
+    return zygote.run(cmd, box, env=env, log=log)
+
+
+def _wait(warden: int, status_r: int, limit_s: float) -> tuple[bool, int | None]:
+    """The warden's status line, read until it exits (the pipe's end). Past `limit_s` (the warden
+    hangs) or on an interrupt of the grader, it is told to clean up, then its session is killed,
+    as `sandbox._stop` does."""
+    data, ended, end = b"", False, time.monotonic() + limit_s
+    try:
+        while not ended and (left := end - time.monotonic()) > 0:
+            if select.select([status_r], [], [], left)[0]:
+                chunk = os.read(status_r, 4096)
+                data, ended = data + chunk, not chunk
+    finally:
+        if not ended:
+            _stop(warden, status_r)
+    if not ended:
+        return True, None
+    try:
+        report = json.loads(data)
+        return bool(report["timed_out"]), report["code"]
+    except (ValueError, TypeError, KeyError):
+        return False, -signal.SIGKILL  # the warden died before reporting
+
+
+def _stop(warden: int, status_r: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(warden, signal.SIGTERM)
+        select.select([status_r], [], [], sandbox.KILL_WAIT_S)  # its clean-up done: the pipe closes
+        os.killpg(warden, signal.SIGKILL)
+
+
+# ---------------------------------------------------------------- zygote side
+
+def serve(sock: socket.socket) -> None:
+    """Fork a warden per request until the grader closes its end."""
+    sandbox._prctl(sandbox.PR_SET_PDEATHSIG, signal.SIGKILL)  # the grader is gone: so is the zygote
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)              # wardens are reaped by the kernel
+    for name in PRELOAD:
+        __import__(name)
+    base_path = _base_path()
+    while True:
+        message, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST, 2)
+        if not message:
+            return
+        request = json.loads(message)
+        pid = os.fork()
+        if pid == 0:
+            sock.close()
+            _warden(request, *fds, base_path)
+        for fd in fds:
+            os.close(fd)
+        sock.send(str(pid).encode())
+
+
+def _base_path() -> list[str]:
+    """sys.path without what `python -m` and $PYTHONPATH put in front: each runner gets its own."""
+    own = set(filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)))
+    return [p for p in sys.path[1:] if p not in own]
+
+
+def _warden(request: dict, log_fd: int, status_w: int, base_path: list[str]) -> None:
+    """In the forked warden: what `python -m autograder.sandbox` does, the runner forked, not exec'd."""
+    code = 1
+    try:
+        os.setsid()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        box = sandbox.Sandbox(**request["box"])
+        status = sandbox.guard(box, lambda: _fork_runner(box, request["argv"], log_fd, status_w, base_path))
+        os.write(status_w, json.dumps(status).encode())
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def _fork_runner(box: sandbox.Sandbox, argv: list[str], log_fd: int, status_w: int, base_path: list[str]):
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(status_w)
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+            os.dup2(log_fd, 1)
+            os.dup2(log_fd, 2)
+            os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+            os.chdir(box.workdir)
+            os.environ.update(sandbox.child_env(box))
+            sys.path[:] = [box.workdir, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)), *base_path]
+            sys.stdout.reconfigure(line_buffering=True)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the warden's handler is the warden's
+            tempfile.tempdir = None                        # TMPDIR is the group's now
+            from autograder import runner
+
+            sys.argv = [runner.__file__, *argv]
+            sandbox.confine(box)
+            code = runner.main(argv)
+        except BaseException:  # noqa: BLE001 - the log's last line names it, as an exec'd runner's would
+            traceback.print_exc()
+        sandbox.exit_now(code)
+    return _Forked(pid)
+
+
+class _Forked:
+    """The forked runner, waited on as a Popen: its exit code (-N for signal N), or TimeoutExpired."""
+
+    def __init__(self, pid: int):
+        self.pid, self._fd = pid, os.pidfd_open(pid)
+
+    def wait(self, timeout: float) -> int:
+        if not select.select([self._fd], [], [], timeout)[0]:
+            raise subprocess.TimeoutExpired(str(self.pid), timeout)
+        return os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+
+
+if __name__ == "__main__":
+    serve(socket.socket(fileno=int(sys.argv[1])))
