@@ -41,6 +41,10 @@ MAX_REQUEST = 1 << 20     # bytes: a request is the runner's argv, its environme
 _active: Zygote | None = None
 
 
+class ZygoteGone(Exception):
+    """The zygote no longer answers; groups go back to `sandbox.run`."""
+
+
 class Zygote:
     """The grader's handle: `run` has the signature and the results of `sandbox.run`."""
 
@@ -58,8 +62,11 @@ class Zygote:
         try:
             with open(log, "wb") as out, self._lock:
                 request = json.dumps({"box": asdict(box), "argv": cmd[3:], "env": env}).encode()
-                socket.send_fds(self._sock, [request], [out.fileno(), status_w])
-                warden = int(self._sock.recv(64))
+                try:
+                    socket.send_fds(self._sock, [request], [out.fileno(), status_w])
+                    warden = int(self._sock.recv(64))
+                except (OSError, ValueError):  # the zygote died (killed, out of memory)
+                    raise ZygoteGone from None
             os.close(status_w)
             status_w = None
             return _wait(warden, status_r, box.timeout_s + sandbox.WARDEN_GRACE_S)
@@ -95,9 +102,12 @@ def preloaded():
 def run(cmd: list[str], box: sandbox.Sandbox, *, env: dict[str, str], log: Path, trusted: bool) -> tuple[bool, int | None]:
     """A group's runner through the active zygote when it is trusted, else `sandbox.run`."""
     zygote = _active
-    if zygote is None or not trusted or box.uid is not None:
-        return sandbox.run(cmd, box, env=env, log=log)
-    return zygote.run(cmd, box, env=env, log=log)
+    if zygote is not None and trusted and box.uid is None:
+        try:
+            return zygote.run(cmd, box, env=env, log=log)
+        except ZygoteGone:
+            pass
+    return sandbox.run(cmd, box, env=env, log=log)
 
 
 def _wait(warden: int, status_r: int, limit_s: float) -> tuple[bool, int | None]:

@@ -153,7 +153,7 @@ def test_regrade_a0_class_resumes(tmp_path):
     assert rows["stub"]["total"] == "0" and rows["stub"]["failed"] == str(len(m.checks))
     assert rows["planted"]["total"] == f"{m.max_score - lost:g}" and rows["planted"]["failed"] == "1"
     assert rows["planted"]["task 0.2"] == f"{sum(c.points for c in m.checks if c.task == '0.2') - lost:g}"
-    assert all(float(row["seconds"]) > 1 for row in rows.values())  # real grading times, not 0.0
+    assert all(float(row["seconds"]) > 0.1 for row in rows.values()), rows  # measured grading times, not 0.0
     payload = json.loads((tmp_path / "out" / "planted" / "results.json").read_text())
     assert payload["extra_data"]["student"] == "planted" and payload["score"] == m.max_score - lost
     progress = [line for line in proc.stderr.splitlines() if line.startswith("[")]

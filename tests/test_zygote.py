@@ -85,3 +85,10 @@ def test_a_forked_runner_that_hangs_is_a_timeout_and_leaves_only_the_zygote(suit
         result = grade("exits", tmp_path)
         assert result.outcome == "error" and "exited with code 7" in result.reason
     assert processes_with(suite) == []
+
+
+def test_groups_go_on_without_a_zygote_that_died(suite, tmp_path):
+    with zygote.preloaded():
+        zygote._active._proc.kill()
+        zygote._active._proc.wait()
+        assert "autograder.sandbox" in json.loads(grade("where", tmp_path).reason)["warden"]
