@@ -213,9 +213,14 @@ def _file_store(path: str, rank: int, world_size: int) -> Any:
     (possibly short) timeout of the collectives that follow."""
     store = dist.FileStore(path, world_size)
     store.set_timeout(datetime.timedelta(seconds=STARTUP_S))
-    store.set(f"arrived/{rank}", "1")
-    store.wait([f"arrived/{r}" for r in range(world_size)])
+    _arrive(store, "arrived", rank, world_size)
     return store
+
+
+def _arrive(store: Any, phase: str, rank: int, world_size: int) -> None:
+    """Wait on the store until every rank has reached `phase`."""
+    store.set(f"{phase}/{rank}", "1")
+    store.wait([f"{phase}/{r}" for r in range(world_size)])
 
 
 def _rank_main(rank, world_size, fn, args, environ, backend, store_dir, timeout_s, threads, results) -> None:
@@ -224,6 +229,9 @@ def _rank_main(rank, world_size, fn, args, environ, backend, store_dir, timeout_
     try:
         store = _file_store(f"{store_dir}/store", rank, world_size)
         _init_group(rank, world_size, backend, store, timeout_s)
+        # gloo's full-mesh connect can return on one rank while a peer is still completing it: a
+        # rank that ran a short `fn` and exited would break the peer's connect ("Connection closed")
+        _arrive(store, "connected", rank, world_size)
         results.put(("ready", rank, None))
         out = fn(rank, world_size, *args)
         # by value: the queue's own pickler would share each tensor's storage through a file
