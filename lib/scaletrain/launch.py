@@ -206,6 +206,9 @@ def _init_group(rank: int, world_size: int, backend: str, store: Any, timeout_s:
         torch.cuda.set_device(rank % torch.cuda.device_count())
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                             timeout=datetime.timedelta(seconds=timeout_s))
+    # gloo's full-mesh connect can return on one rank while a peer is still completing it: a rank
+    # that then ran a short job and exited would break the peer's connect ("Connection closed")
+    _arrive(store, "connected", rank, world_size)
 
 
 def _file_store(path: str, rank: int, world_size: int) -> Any:
@@ -229,9 +232,6 @@ def _rank_main(rank, world_size, fn, args, environ, backend, store_dir, timeout_
     try:
         store = _file_store(f"{store_dir}/store", rank, world_size)
         _init_group(rank, world_size, backend, store, timeout_s)
-        # gloo's full-mesh connect can return on one rank while a peer is still completing it: a
-        # rank that ran a short `fn` and exited would break the peer's connect ("Connection closed")
-        _arrive(store, "connected", rank, world_size)
         results.put(("ready", rank, None))
         out = fn(rank, world_size, *args)
         # by value: the queue's own pickler would share each tensor's storage through a file
