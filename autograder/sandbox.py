@@ -21,6 +21,7 @@ import ctypes
 import functools
 import json
 import os
+import platform
 import pwd
 import resource
 import signal
@@ -41,7 +42,9 @@ NPROC = 4096              # tasks (threads count) of the sandbox user, concurren
 WARDEN_GRACE_S = 30.0     # the warden's own start and clean-up, on top of the group's limit
 KILL_WAIT_S = 10.0        # a process in uninterruptible sleep dies only when it wakes
 
-PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 36, 38
+_SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
+CLONE_NEWNS, MS_RDONLY, MS_BIND, MS_REC, MS_PRIVATE = 0x00020000, 1, 4096, 16384, 1 << 18
 
 
 class SandboxError(Exception):
@@ -182,9 +185,11 @@ def address_space(device: str) -> int | None:
 
 # ---------------------------------------------------------------- warden side
 
-def _prctl(option: int, value: int) -> None:
-    if ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) != 0:
+def _prctl(option: int, value: int, *, check: bool = True) -> int:
+    rc = ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+    if check and rc != 0:
         raise OSError(ctypes.get_errno(), f"prctl({option}, {value}) failed")
+    return rc
 
 
 def exit_now(code: int):
@@ -208,6 +213,45 @@ def confine(box: Sandbox) -> None:
             hard = resource.getrlimit(which)[1]
             value = value if hard == resource.RLIM_INFINITY else min(value, hard)
             resource.setrlimit(which, (value, value))
+
+
+def confine_worker(box: Sandbox, *, drop_root: bool, keep: str, repo: str) -> None:
+    """In a worker (autograder/untrusted.py), after its switch of account and before it runs
+    anything: the sandbox's limits; as root, the repository hidden (`keep`, the grading build,
+    excepted), no capabilities at all (the bounding set emptied, so exec grants none back) and no
+    way to gain privileges."""
+    confine(box)
+    if drop_root and os.geteuid() == 0:
+        _hide_repository(Path(repo), Path(keep))
+    _prctl(PR_SET_NO_NEW_PRIVS, 1, check=False)
+    if drop_root and os.geteuid() == 0:
+        for cap in range(64):
+            _prctl(PR_CAPBSET_DROP, cap, check=False)
+        header = (ctypes.c_uint32 * 2)(0x20080522, 0)      # _LINUX_CAPABILITY_VERSION_3, this process
+        data = (ctypes.c_uint32 * 6)()                      # effective, permitted, inheritable: none
+        nr = _SYS_CAPSET.get(platform.machine())
+        if nr is None or ctypes.CDLL(None, use_errno=True).syscall(nr, header, data) != 0:
+            os._exit(121)  # refuse to run student code as a privileged root
+
+
+def _hide_repository(repo: Path, keep: Path) -> None:
+    """As root, in a mount namespace of the worker's own: an empty read-only tmpfs over every
+    folder of the grader's repository and /dev/null over every file (the venv, which holds the
+    interpreter, and `keep`, the grading build, excepted), so the reference, solutions/ and the
+    suites can't be read from disk.
+    Best effort: where mounts are not allowed (a container without CAP_SYS_ADMIN, or the worker
+    already switched account) the files' permissions are the defence."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWNS) != 0 or libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        return
+    for entry in repo.iterdir():
+        if entry.name == ".venv" or entry.is_symlink() or keep.is_relative_to(entry):
+            continue
+        target = str(entry).encode()
+        if entry.is_dir():
+            libc.mount(b"tmpfs", target, b"tmpfs", MS_RDONLY, b"size=4k")
+        else:
+            libc.mount(b"/dev/null", target, None, MS_BIND, None)
 
 
 def child_env(box: Sandbox) -> dict[str, str]:

@@ -17,6 +17,9 @@ process:
   regions running the submission) and the third-party packages: the reference is not importable;
 - its environment has no grading seed: inputs arrive as data, expected values never exist there.
 
+Inside `zygote.preloaded()` a CPU worker is forked from the workers' zygote instead of exec'd
+(autograder/worker_zygote.py): the same confinement, 2 s of CPU less per group.
+
 A call that does not answer within its limit kills the worker (TimeoutError: the check is a
 `timeout`); a worker that dies (os._exit, a crash) makes the call raise `StudentCrash` (`error`).
 The next call starts a fresh worker.
@@ -24,25 +27,24 @@ The next call starts a fresh worker.
 
 from __future__ import annotations
 
-import ctypes
+import contextlib
+import json
 import os
-import platform
-import select
 import shutil
 import signal
 import site
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
-from autograder import sandbox, wire
+from autograder import sandbox, wire, zygote
 from autograder.checks import SEED_ENV, SUBMISSION_ENV, Flagged
 from autograder.manifest import REPO
 
-PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 4, 24, 38
-_SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
 EXIT_GRACE_S = 2.0                 # a closed worker's time to exit by itself
 WORKER_TMP = "/tmp"                 # where workers get their folders (reachable by any account)
 BUILD_ENV = "AUTOGRADER_BUILD"     # the grading build of the library, made by grade.py for the group
@@ -74,7 +76,7 @@ def _remote_exception(raised: dict) -> Exception:
 class Untrusted:
     def __init__(self, submission: Path, *, timeout_s: float = 60.0, device: str = "cpu"):
         self.submission, self.timeout_s, self.device = submission, timeout_s, device
-        self._proc: subprocess.Popen | None = None
+        self._proc: _Exec | _Kept | None = None
         self._work: Path | None = None
 
     def call(self, probe: str, *args, timeout_s: float | None = None, **kwargs):
@@ -90,10 +92,8 @@ class Untrusted:
             self.close()
             raise TimeoutError(f"your code did not finish within {limit:.0f} s (an infinite loop or a deadlock?)")
         except (EOFError, BrokenPipeError, wire.WireError) as exc:
-            try:  # the channel can close a moment before the process is gone: give it that moment
-                code = self._proc.wait(timeout=EXIT_GRACE_S) if self._proc else None
-            except subprocess.TimeoutExpired:
-                code = None
+            # the channel can close a moment before the process is gone: give it that moment
+            code = self._proc.finish(EXIT_GRACE_S) if self._proc else None
             last = (self.log_tail(1) or "no output").strip()
             self.close()
             what = f"exited with code {code} ({last[:300]})" if code is not None else f"sent no valid answer ({exc})"
@@ -105,10 +105,16 @@ class Untrusted:
             raise _remote_exception(answer["raised"])
         return answer["ok"]
 
+    @property
+    def started(self) -> bool:
+        return self._proc is not None
+
     def start(self) -> None:
         """Start the worker now (a call starts it when needed). Start it before the trusted side
-        has threads of its own: the worker is forked with a preexec_fn, which threads make unsafe."""
-        _prctl(PR_SET_DUMPABLE, 0)  # no ptrace, no /proc/<pid>/mem or fd of this process for others
+        has threads of its own: an exec'd worker is forked with a preexec_fn, which threads make
+        unsafe. On CPU, inside `zygote.preloaded()`, it is forked by the worker zygote instead
+        (autograder/worker_zygote.py), with the same confinement."""
+        sandbox._prctl(sandbox.PR_SET_DUMPABLE, 0)  # no ptrace, no /proc/<pid>/mem or fd of this process for others
         account = sandbox.worker_account()
         # not under $TMPDIR: that is the group's work folder, inside the grader's private folder,
         # which a worker without capabilities (or as another account) can't reach once it has
@@ -118,19 +124,20 @@ class Untrusted:
             os.chown(self._work, account.pw_uid, account.pw_gid)
         to_r, self._to = os.pipe()
         self._from, from_w = os.pipe()
-        cmd = [sys.executable, "-S", "-m", "autograder.worker", str(to_r), str(from_w)]
-        build = Path(os.environ[BUILD_ENV]).resolve()
         box = sandbox.Sandbox(timeout_s=self.timeout_s, workdir=str(self._work),
                               cpu_s=int(self.timeout_s * (os.cpu_count() or 1) * 4) + 60,
                               address_space=sandbox.address_space(self.device))
-        user = {} if account is None else {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
-        log = open(self._work / "worker.log", "wb")  # noqa: SIM115 - kept by the child
-        self._proc = subprocess.Popen(cmd, pass_fds=(to_r, from_w), env=self._env(), cwd=self._work,
-                                      stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                      start_new_session=True,
-                                      preexec_fn=lambda: _confine(box, drop_root=account is None, build=build),
-                                      **user)
-        log.close()
+        confinement = dict(drop_root=account is None, keep=str(Path(os.environ[BUILD_ENV]).resolve()), repo=str(REPO))
+        with open(self._work / "worker.log", "wb") as log:
+            if self.device == "cpu":
+                self._proc = _Kept.start(box, self._env(), account, confinement, (to_r, from_w, log.fileno()))
+            if self._proc is None:
+                cmd = [sys.executable, "-S", "-m", "autograder.worker", str(to_r), str(from_w)]
+                user = {} if account is None else {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
+                self._proc = _Exec(subprocess.Popen(
+                    cmd, pass_fds=(to_r, from_w), env=self._env(), cwd=self._work, stdin=subprocess.DEVNULL,
+                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                    preexec_fn=lambda: sandbox.confine_worker(box, **confinement), **user))
         os.close(to_r)
         os.close(from_w)
 
@@ -139,7 +146,7 @@ class Untrusted:
         paths = [build / "lib", build, *map(Path, site.getsitepackages())]
         # caches torch or triton pointed into the trusted side's folder (importing torch._dynamo
         # sets TORCHINDUCTOR_CACHE_DIR there): the worker can't write it and keeps its own
-        inherited = (SEED_ENV, "PYTHONPATH", BUILD_ENV, "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+        inherited = (SEED_ENV, "PYTHONPATH", BUILD_ENV, zygote.WORKER_CLIENT_ENV, "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
         env = {k: v for k, v in os.environ.items() if k not in inherited}
         env.update(PYTHONPATH=os.pathsep.join(map(str, paths)), HOME=str(self._work), TMPDIR=str(self._work),
                    **{SUBMISSION_ENV: str(self.submission)})
@@ -156,18 +163,10 @@ class Untrusted:
     def close(self) -> None:
         """End the worker: its request channel closed, it returns and Python cleans up after
         itself (multiprocessing's folders); whatever is still running a moment later, it and
-        everything it started in its session, is killed. Its folder is removed."""
+        everything it started, is killed. Its folder is removed."""
         if self._proc is not None:
             os.close(self._to)
-            try:
-                self._proc.wait(timeout=EXIT_GRACE_S)
-            except subprocess.TimeoutExpired:
-                pass
-            try:
-                os.killpg(self._proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            self._proc.wait()
+            self._proc.finish(EXIT_GRACE_S)
             os.close(self._from)
             self._proc = None
         if self._work is not None:
@@ -175,49 +174,78 @@ class Untrusted:
             self._work = None
 
 
-def _prctl(option: int, *args: int) -> int:
-    return ctypes.CDLL(None, use_errno=True).prctl(option, *args, *([0] * (4 - len(args))))
+class _Exec:
+    """An exec'd worker, started in a session of its own."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self._proc = proc
+
+    def finish(self, grace_s: float) -> int | None:
+        """Its exit code if it ends within `grace_s` (None if not); then its session is killed."""
+        try:
+            code = self._proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            code = None
+        try:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self._proc.wait()
+        return code
 
 
-CLONE_NEWNS, MS_RDONLY, MS_BIND, MS_REC, MS_PRIVATE = 0x00020000, 1, 4096, 16384, 1 << 18
+class _Kept:
+    """A worker forked by the worker zygote under a keeper that kills its tree when it ends or
+    when the control pipe closes, then writes its status (autograder/worker_zygote.py)."""
 
+    _client: socket.socket | None = None
 
-def _hide_repository(keep: Path) -> None:
-    """As root, in a mount namespace of the worker's own: an empty read-only tmpfs over every
-    folder of the grader's repository and /dev/null over every file (the venv, which holds the
-    interpreter, and `keep`, the grading build, excepted), so the reference, solutions/ and the
-    suites can't be read from disk.
-    Best effort: where mounts are not allowed (a container without CAP_SYS_ADMIN, or the worker
-    already switched account) the files' permissions are the defence."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(CLONE_NEWNS) != 0 or libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
-        return
-    for entry in REPO.iterdir():
-        if entry.name == ".venv" or entry.is_symlink() or keep.is_relative_to(entry):
-            continue
-        target = str(entry).encode()
-        if entry.is_dir():
-            libc.mount(b"tmpfs", target, b"tmpfs", MS_RDONLY, b"size=4k")
-        else:
-            libc.mount(b"/dev/null", target, None, MS_BIND, None)
+    def __init__(self, keeper: int, control_w: int, status_r: int):
+        self._keeper, self._control_w, self._status_r = keeper, control_w, status_r
+        self._code: int | None = None
 
+    @classmethod
+    def start(cls, box, env, account, confinement, fds) -> _Kept | None:
+        """The worker, from the zygote this runner was given a client of; None without one."""
+        if cls._client is None:
+            if os.environ.get(zygote.WORKER_CLIENT_ENV) is None:
+                return None
+            cls._client = socket.socket(fileno=int(os.environ.pop(zygote.WORKER_CLIENT_ENV)))
+        control_r, control_w = os.pipe()
+        status_r, status_w = os.pipe()
+        request = {"box": asdict(box), "env": env, "cwd": box.workdir, **confinement,
+                   "account": None if account is None else [account.pw_uid, account.pw_gid]}
+        try:
+            socket.send_fds(cls._client, [json.dumps(request).encode()], [*fds, control_r, status_w])
+            keeper = int(cls._client.recv(64))
+        except (OSError, ValueError):  # the zygote is gone: exec a worker
+            os.close(control_w)
+            os.close(status_r)
+            return None
+        finally:
+            os.close(control_r)
+            os.close(status_w)
+        return cls(keeper, control_w, status_r)
 
-def _confine(box: sandbox.Sandbox, *, drop_root: bool, build: Path) -> None:
-    """In the worker, before exec: the sandbox's limits; as root, the repository hidden, no
-    capabilities at all (the bounding set emptied, so exec grants none back) and no way to gain
-    privileges."""
-    sandbox.confine(box)
-    if drop_root and os.geteuid() == 0:
-        _hide_repository(build)
-    _prctl(PR_SET_NO_NEW_PRIVS, 1)
-    if drop_root and os.geteuid() == 0:
-        for cap in range(64):
-            _prctl(PR_CAPBSET_DROP, cap)
-        header = (ctypes.c_uint32 * 2)(0x20080522, 0)      # _LINUX_CAPABILITY_VERSION_3, this process
-        data = (ctypes.c_uint32 * 6)()                      # effective, permitted, inheritable: none
-        nr = _SYS_CAPSET.get(platform.machine())
-        if nr is None or ctypes.CDLL(None, use_errno=True).syscall(nr, header, data) != 0:
-            os._exit(121)  # refuse to run student code as a privileged root
+    def finish(self, grace_s: float) -> int | None:
+        """Its exit code if it ends within `grace_s` (None if not); then the keeper is told to
+        kill its tree (the control pipe closed) and waited for."""
+        if self._status_r is None:
+            return self._code
+        data, ended = zygote.read_to_end(self._status_r, grace_s)
+        os.close(self._control_w)
+        if not ended:
+            more, ended = zygote.read_to_end(self._status_r, sandbox.KILL_WAIT_S + grace_s)
+            data += more
+        if not ended:  # a keeper that does not answer: its session, the last resort
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._keeper, signal.SIGKILL)
+        os.close(self._status_r)
+        self._status_r = None
+        with contextlib.suppress(ValueError, TypeError, KeyError):
+            status = json.loads(data)
+            self._code = None if status["timed_out"] else status["code"]
+        return self._code
 
 
 class RemoteModule:

@@ -23,6 +23,7 @@ import os
 import resource
 import select
 import signal
+import site
 import socket
 import subprocess
 import sys
@@ -40,6 +41,8 @@ from autograder import sandbox
 # TORCHINDUCTOR_CACHE_DIR here only: a warden starts from the request's environment.
 PRELOAD = ("torch", "torch._dynamo", "autograder.runner")
 MAX_REQUEST = 1 << 20     # bytes: a request is the runner's argv, its environment and its sandbox
+WORKER_CLIENT_ENV = "AUTOGRADER_WORKER_ZYGOTE"  # a runner's client of the workers' zygote: its descriptor
+WORKER_ZYGOTE_KEEPS = ("PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS")  # read when torch loads: as a worker's
 
 _active: Zygote | None = None
 
@@ -52,12 +55,22 @@ class Zygote:
     """The grader's handle: `run` has the signature and the results of `sandbox.run`."""
 
     def __init__(self):
-        self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self._proc = subprocess.Popen([sys.executable, "-m", "autograder.zygote", str(theirs.fileno())],
-                                      pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                                      start_new_session=True)
-        theirs.close()
+        self._sock, self._proc = _start([sys.executable, "-m", "autograder.zygote"], env=None)
+        # the workers' zygote sees none of the grader's environment and only the third-party
+        # packages and the (stdlib-only) autograder.sandbox: autograder/worker_zygote.py
+        paths = [str(Path(__file__).resolve().parent.parent), *site.getsitepackages()]
+        env = {k: v for k, v in os.environ.items() if k in WORKER_ZYGOTE_KEEPS}
+        self._workers, self._workers_proc = _start([sys.executable, "-S", "-m", "autograder.worker_zygote"],
+                                                   env=dict(env, PYTHONPATH=os.pathsep.join(paths)))
         self._lock = threading.Lock()  # one request and its answer at a time (the selftest's threads)
+
+    def _worker_client(self) -> int | None:
+        """A new client of the workers' zygote for one runner (None: that zygote is gone)."""
+        try:
+            self._workers.send(b"client")
+            return socket.recv_fds(self._workers, 16, 1)[1][0]
+        except (OSError, IndexError):
+            return None
 
     def run(self, cmd: list[str], box: sandbox.Sandbox, *, env: dict[str, str], log: Path) -> tuple[bool, int | None]:
         """`cmd` is `python -m autograder.runner ARGS...`; (timed out, exit code) as `sandbox.run`."""
@@ -65,11 +78,15 @@ class Zygote:
         try:
             with open(log, "wb") as out, self._lock:
                 request = json.dumps({"box": asdict(box), "argv": cmd[3:], "env": env}).encode()
+                client = self._worker_client()
                 try:
-                    socket.send_fds(self._sock, [request], [out.fileno(), status_w])
+                    socket.send_fds(self._sock, [request], [out.fileno(), status_w, *([client] if client else [])])
                     warden = int(self._sock.recv(64))
                 except (OSError, ValueError):  # the zygote died (killed, out of memory)
                     raise ZygoteGone from None
+                finally:
+                    if client is not None:
+                        os.close(client)
             os.close(status_w)
             status_w = None
             return _wait(warden, status_r, box.timeout_s + sandbox.WARDEN_GRACE_S)
@@ -79,12 +96,22 @@ class Zygote:
                 os.close(status_w)
 
     def close(self) -> None:
-        self._sock.close()  # the zygote reads the end of its requests and exits
-        try:
-            self._proc.wait(timeout=sandbox.KILL_WAIT_S)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
+        for sock, proc in ((self._sock, self._proc), (self._workers, self._workers_proc)):
+            sock.close()  # the zygote reads the end of its requests and exits
+            try:
+                proc.wait(timeout=sandbox.KILL_WAIT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _start(cmd: list[str], env: dict[str, str] | None) -> tuple[socket.socket, subprocess.Popen]:
+    """A zygote `cmd FD` in a session of its own and its end of the request socket."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    proc = subprocess.Popen([*cmd, str(theirs.fileno())], pass_fds=(theirs.fileno(),), env=env, cwd="/",
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    theirs.close()
+    return ours, proc
 
 
 @contextlib.contextmanager
@@ -117,12 +144,9 @@ def _wait(warden: int, status_r: int, limit_s: float) -> tuple[bool, int | None]
     """The warden's status line, read until it exits (the pipe's end). Past `limit_s` (the warden
     hangs) or on an interrupt of the grader, it is told to clean up, then its session is killed,
     as `sandbox._stop` does."""
-    data, ended, end = b"", False, time.monotonic() + limit_s
+    data, ended = b"", False
     try:
-        while not ended and (left := end - time.monotonic()) > 0:
-            if select.select([status_r], [], [], left)[0]:
-                chunk = os.read(status_r, 4096)
-                data, ended = data + chunk, not chunk
+        data, ended = read_to_end(status_r, limit_s)
     finally:
         if not ended:
             _stop(warden, status_r)
@@ -133,6 +157,16 @@ def _wait(warden: int, status_r: int, limit_s: float) -> tuple[bool, int | None]
         return bool(report["timed_out"]), report["code"]
     except (ValueError, TypeError, KeyError):
         return False, -signal.SIGKILL  # the warden died before reporting
+
+
+def read_to_end(fd: int, limit_s: float) -> tuple[bytes, bool]:
+    """What a pipe gives within `limit_s`, and whether it reached its end (the writer exited)."""
+    data, ended, end = b"", False, time.monotonic() + limit_s
+    while not ended and (left := end - time.monotonic()) > 0:
+        if select.select([fd], [], [], left)[0]:
+            chunk = os.read(fd, 4096)
+            data, ended = data + chunk, not chunk
+    return data, ended
 
 
 def _stop(warden: int, status_r: int) -> None:
@@ -147,12 +181,13 @@ def _stop(warden: int, status_r: int) -> None:
 def serve(sock: socket.socket) -> None:
     """Fork a warden per request until the grader closes its end."""
     sandbox._prctl(sandbox.PR_SET_PDEATHSIG, signal.SIGKILL)  # the grader is gone: so is the zygote
+    sandbox._prctl(sandbox.PR_SET_DUMPABLE, 0)  # a worker of the same uid can't ptrace it
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)              # wardens are reaped by the kernel
     for name in PRELOAD:
         __import__(name)
     base_path = _base_path()
     while True:
-        message, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST, 2)
+        message, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST, 3)  # log, status[, a workers' client]
         if not message:
             return
         request = json.loads(message)
@@ -171,7 +206,7 @@ def _base_path() -> list[str]:
     return [p for p in sys.path[1:] if p not in own]
 
 
-def _warden(request: dict, log_fd: int, status_w: int, base_path: list[str]) -> None:
+def _warden(request: dict, log_fd: int, status_w: int, *client_and_base_path) -> None:
     """In the forked warden: what `python -m autograder.sandbox` does, the runner forked, not exec'd."""
     code = 1
     try:
@@ -180,14 +215,17 @@ def _warden(request: dict, log_fd: int, status_w: int, base_path: list[str]) -> 
         os.environ.clear()
         os.environ.update(request["env"])
         box = sandbox.Sandbox(**request["box"])
-        status = sandbox.guard(box, lambda: _fork_runner(box, request["argv"], log_fd, status_w, base_path))
+        *client, base_path = client_and_base_path
+        status = sandbox.guard(box, lambda: _fork_runner(box, request["argv"], log_fd, status_w, client, base_path))
         os.write(status_w, json.dumps(status).encode())
         code = 0
     finally:
         os._exit(code)
 
 
-def _fork_runner(box: sandbox.Sandbox, argv: list[str], log_fd: int, status_w: int, base_path: list[str]):
+def _fork_runner(box: sandbox.Sandbox, argv: list[str], log_fd: int, status_w: int, client: list[int],
+                 base_path: list[str]):
+    """The runner; `client`: [a client of the workers' zygote] or [], kept as its descriptor 3."""
     pid = os.fork()
     if pid == 0:
         code = 1
@@ -196,7 +234,10 @@ def _fork_runner(box: sandbox.Sandbox, argv: list[str], log_fd: int, status_w: i
             os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
             os.dup2(log_fd, 1)
             os.dup2(log_fd, 2)
-            os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+            for fd in client:
+                os.dup2(fd, 3)
+                os.environ[WORKER_CLIENT_ENV] = "3"
+            os.closerange(3 + len(client), resource.getrlimit(resource.RLIMIT_NOFILE)[0])
             os.chdir(box.workdir)
             os.environ.update(sandbox.child_env(box))
             sys.path[:] = [box.workdir, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)), *base_path]
@@ -211,6 +252,8 @@ def _fork_runner(box: sandbox.Sandbox, argv: list[str], log_fd: int, status_w: i
         except BaseException:  # noqa: BLE001 - the log's last line names it, as an exec'd runner's would
             traceback.print_exc()
         sandbox.exit_now(code)
+    for fd in client:
+        os.close(fd)
     return _Forked(pid)
 
 

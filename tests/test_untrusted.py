@@ -4,17 +4,21 @@ A toy submission asks, from inside the worker, for what an attacker wants: the r
 and by import, the grading seed, the trusted process's memory and descriptors, capabilities. Each
 attempt must fail, and data must cross the wire intact (tensors, tuples, dtypes)."""
 
+import contextlib
 import os
 import sys
+import time
+import uuid
 
 import pytest
 import torch
 
-from autograder import wire
+from autograder import wire, zygote
 from autograder.checks import Flagged
 from autograder.manifest import REPO
 from autograder.student import grading_build
-from autograder.untrusted import BUILD_ENV, StudentCrash, Untrusted, worker_runs_as_root
+from autograder.untrusted import BUILD_ENV, StudentCrash, Untrusted, _Exec, _Kept, worker_runs_as_root
+from procs import processes_with  # tests/ is on sys.path
 
 TOY = '''
 import os, sys, time
@@ -66,11 +70,28 @@ def _rank_parent(rank, world_size):
 def ranks_parents():
     from scaletrain.launch import spawn
     return os.getpid(), spawn(_rank_parent, 2)
+
+def where():
+    import autograder, resource
+    return {"cwd": os.getcwd(), "path": sys.path, "autograder": autograder.__file__, "argv": sys.argv,
+            "limits": [resource.getrlimit(r) for r in (resource.RLIMIT_CPU, resource.RLIMIT_AS, resource.RLIMIT_NOFILE)],
+            "env": sorted(os.environ), "session": os.getsid(0) == os.getpid(),
+            "parent": [os.getppid(), open(f"/proc/{os.getppid()}/cmdline").read()],
+            "fds": len(os.listdir("/proc/self/fd"))}
+
+def detach(marker):
+    if os.fork() == 0:  # double fork, new session: out of the worker's process group
+        os.setsid()
+        if os.fork() == 0:
+            os.execvpe("sleep", ["sleep", "300"], dict(os.environ, TOY_MARKER=marker))
+        os._exit(0)
+    os.wait()
+    return os.getpid()
 '''
 
 
 @pytest.fixture(scope="module")
-def worker(tmp_path_factory):
+def submission(tmp_path_factory):
     root = tmp_path_factory.mktemp("untrusted")
     submission = root / "submission"
     submission.mkdir()
@@ -78,10 +99,37 @@ def worker(tmp_path_factory):
     for path in (root, submission, submission / "toy_target.py"):
         path.chmod(0o755 if path.is_dir() else 0o644)
     os.environ[BUILD_ENV] = str(grading_build("a0", root / "build"))
-    w = Untrusted(submission, timeout_s=30)
-    yield lambda fn, *args, **kw: w.call("autograder.probes.common:call", "toy_target", fn, *args, **kw)
-    w.close()
+    yield submission
     os.environ.pop(BUILD_ENV)
+
+
+@contextlib.contextmanager
+def workers_zygote():
+    """What a runner forked by the zygote has: a client of the workers' zygote in its environment."""
+    with zygote.preloaded():
+        os.environ[zygote.WORKER_CLIENT_ENV] = str(zygote._active._worker_client())
+        try:
+            yield
+        finally:
+            if _Kept._client is not None:
+                _Kept._client.close()
+            _Kept._client = None
+            os.environ.pop(zygote.WORKER_CLIENT_ENV, None)
+
+
+def toy(w: Untrusted):
+    return lambda fn, *args, **kw: w.call("autograder.probes.common:call", "toy_target", fn, *args, **kw)
+
+
+@pytest.fixture(scope="module", params=["exec", "forked"])
+def worker(request, submission):
+    """The worker both ways: exec'd (`python -S -m autograder.worker`) and forked by the workers' zygote."""
+    with contextlib.ExitStack() as stack:
+        if request.param == "forked":
+            stack.enter_context(workers_zygote())
+        w = Untrusted(submission, timeout_s=30)
+        stack.callback(w.close)
+        yield toy(w)
 
 
 def test_data_crosses_intact(worker):
@@ -148,3 +196,58 @@ def test_the_worker_names_launch_s_start_method_variable():
     from autograder.untrusted import RANKS_FORK_ENV
     from scaletrain.launch import START_METHOD_ENV
     assert RANKS_FORK_ENV == START_METHOD_ENV
+
+
+@pytest.fixture
+def no_client(monkeypatch):
+    """Outside `worker`'s forked workers (a module fixture that may still be set up)."""
+    monkeypatch.setattr(_Kept, "_client", None)
+    monkeypatch.delenv(zygote.WORKER_CLIENT_ENV, raising=False)
+
+
+def test_a_forked_worker_is_confined_as_an_exec_d_one(submission, no_client):
+    """Same sys.path (the build's `autograder`, not the repository's), limits, environment names,
+    argv, session and descriptors; its parent is a keeper, not the runner."""
+    exec_d = Untrusted(submission, timeout_s=30)
+    exec_d.start()
+    with workers_zygote():
+        forked = Untrusted(submission, timeout_s=30)
+        seen = [toy(w)("where") for w in (exec_d, forked)]
+        assert isinstance(exec_d._proc, _Exec) and isinstance(forked._proc, _Kept)
+        for w in (exec_d, forked):
+            w.close()
+    for where in seen:
+        where["path"] = [p.replace(where["cwd"], "CWD") for p in where["path"]]
+        assert where["autograder"].startswith(os.environ[BUILD_ENV])
+    assert seen[0]["path"] == seen[1]["path"] and seen[0]["path"][:2] == [str(submission), "CWD"]
+    for key in ("limits", "env", "session", "fds"):  # the numbers of the descriptors differ
+        assert seen[0][key] == seen[1][key], key
+    assert [len(w["argv"]) for w in seen] == [3, 3] and all(w["argv"][0].endswith("worker.py") for w in seen)
+    assert seen[0]["parent"][0] == os.getpid() and "autograder.worker_zygote" in seen[1]["parent"][1]
+
+
+def test_a_forked_worker_s_tree_ends_with_it_and_with_its_runner(submission, no_client):
+    """The worker is not below the group's warden, so its keeper is the one that kills a
+    detached grandchild: when the worker is closed, and when the runner dies without closing it
+    (the control pipe's end)."""
+    marker = f"toy-{uuid.uuid4().hex}"
+    with workers_zygote():
+        for ending in ("close", "runner dies"):
+            w = Untrusted(submission, timeout_s=30)
+            pid = toy(w)("detach", marker)
+            _wait_until(lambda: len(processes_with(marker)) == 1)  # the sleeper execs a moment later
+            if ending == "close":
+                w.close()
+            else:
+                os.close(w._proc._control_w)  # what the runner's death does to the pipe
+            _wait_until(lambda: not processes_with(marker) and not os.path.exists(f"/proc/{pid}"), ending)
+            if ending != "close":
+                w._proc._control_w = os.open(os.devnull, os.O_WRONLY)  # for close() to close
+                w.close()
+
+
+def _wait_until(condition, what: str = "", limit_s: float = 15.0) -> None:
+    end = time.monotonic() + limit_s
+    while not condition():
+        assert time.monotonic() < end, what
+        time.sleep(0.1)

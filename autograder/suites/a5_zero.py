@@ -685,7 +685,7 @@ def group_ranks(ctx):
     seed = checks.trial_seeds(1, salt=55)[0]
     wanted = {n for n in CHECKS if n not in skip}
     worker, failure, per_rank = ctx.untrusted(), None, []
-    if worker._proc is None:
+    if not worker.started:
         worker.start()  # forked (with a preexec_fn) before this process has a second thread
     ref = _Reference()
     ref.start(wanted, seed)  # the jobs and their expected values, here, while the worker boots
