@@ -91,3 +91,18 @@ def test_ranks_answer_the_worker_in_data_never_in_pickles():
     assert kind == "ok" and torch.equal(payload["out"], x) and payload["messages"] == [["isend", 1, 12]]
     with pytest.raises(Exception):  # a rank that sends a pickle: a malformed answer, never unpickled
         probe._unpack(pickle.dumps(["ok", None]))
+
+
+def test_an_inconclusive_speed_round_is_measured_again_and_a_slow_ring_fails_at_once(monkeypatch):
+    limit = suite.AR_SPEED_MAX
+    for script, want_ratio, want_rounds in (
+        ([(0.9, 0.8, 1.0)], 0.9, 1),                                    # fast: one round
+        ([(4.0, 3.5, 4.4)], 4.0, 1),                                    # slow, p20 over the limit too: one round
+        ([(1.69, 1.24, 1.92), (1.1, 1.0, 1.2)], 1.1, 2),                # the CI flake, then a quiet round
+        ([(1.7, 1.3, 1.9), (1.8, 1.4, 2.0), (1.6, 1.2, 1.9)], 1.6, 3),  # never below: the best of 3 fails
+    ):
+        rounds = iter(script)
+        monkeypatch.setattr(suite, "_measure", lambda timer, op: next(rounds))
+        ratios, n = suite._measure_rounds(None, "ar", limit)
+        assert (ratios[0], n) == (want_ratio, want_rounds)
+        assert next(rounds, None) is None  # no round was measured past the verdict

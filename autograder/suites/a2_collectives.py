@@ -44,6 +44,7 @@ RS_SPEED_MAX = 1.0      # gloo's reduce-scatter is a full allreduce: a ring of p
 AR_SPEED_MAX = 1.5      # a ring with fresh buffers and no pipelining measures 1.5-4.4x (ANCHORS.md)
 NCCL_SPEED_MAX = 1.5
 SPEED_PAIRS = 7         # timed batches per side, alternating; the verdict is the median of their ratios
+SPEED_ROUNDS = 3        # a round whose p20-p80 band spans the limit is inconclusive and measured again
 SPEED_REPS = 3          # calls per timed batch
 SAMPLES = 64            # positions of each timed result that are checked
 CHECK_SAMPLES = 4096    # positions of the timing input's results that are checked (and every chunk's ends)
@@ -650,11 +651,27 @@ def _measure(timer: _Timer, op: str) -> tuple[float, float, float]:
     return statistics.median(ratios), quantile(ratios, 0.2), quantile(ratios, 0.8)
 
 
-def _speed_verdict(ctx, ratios, limit: float, what: str) -> None:
+def _measure_rounds(timer: _Timer, op: str, limit: float) -> tuple[tuple[float, float, float], int]:
+    """The best of up to SPEED_ROUNDS rounds of `_measure`, and how many ran. A round whose median
+    misses the limit while its p20 is within it says more about the machine's load than about the
+    ring (CI's other pytest worker shares the two cores: a ring at 0.9x quiet measured 1.69x,
+    p20-p80 1.24-1.92), so it is measured again; a ring whose p20 misses too is slow, and fails at once."""
+    best, rounds = None, 0
+    while rounds < SPEED_ROUNDS:
+        ratios = _measure(timer, op)
+        rounds += 1
+        best = ratios if best is None or ratios[0] < best[0] else best
+        if best[0] <= limit or ratios[1] > limit:
+            break
+    return best, rounds
+
+
+def _speed_verdict(ctx, ratios, limit: float, what: str, rounds: int) -> None:
     ratio, p20, p80 = ratios
     if ratio < 0.1:
         raise checks.Flagged(f"{what}: {1 / ratio:.0f}x faster than the backend's own collective is implausible")
-    measured = f"{what}: {ratio:.2f}x the backend's time (p20-p80 {p20:.2f}-{p80:.2f}), limit {limit}x"
+    best = f", the best of {rounds} rounds" if rounds > 1 else ""
+    measured = f"{what}: {ratio:.2f}x the backend's time (p20-p80 {p20:.2f}-{p80:.2f}{best}), limit {limit}x"
     assert ratio <= limit, f"{measured}: segment the chunks, post receives early, reuse buffers"
     ctx.note(measured)
 
@@ -695,13 +712,13 @@ def _speed(ctx, device: str, p: int, mib: int, checks_by_op: dict) -> None:
             if fatal is not None:
                 raise fatal
             try:
-                ratios = _measure(timer, op)
+                ratios, rounds = _measure_rounds(timer, op, limit)
             except (AssertionError, checks.Flagged):
                 raise
             except Exception as exc:  # the worker or the ranks are gone: no later check can be timed
                 fatal = exc
                 raise
-            _speed_verdict(ctx, ratios, limit, what)
+            _speed_verdict(ctx, ratios, limit, what, rounds)
     if not isinstance(fatal, (TimeoutError, StudentCrash)):
         _shutdown(ctx)
 
