@@ -64,3 +64,12 @@ def test_sweep_names_a_missing_ring_file_before_starting_ranks(tmp_path, monkeyp
     monkeypatch.delenv("SCALETRAIN_STUDENT_FILES", raising=False)
     with pytest.raises(SystemExit, match="ring.py is missing"):
         benchmark.main(["--sweep", "--impl", str(tmp_path)])
+
+
+def test_latency_summary_separates_the_stalls_from_the_median():
+    times = [1e-4] * 80 + [3e-3] * 20  # a fifth of the exchanges stalled for 3 ms
+    row = benchmark.latency_summary(2, 128 << 10, times)
+    assert row["median ms"] == pytest.approx(0.1) and row["stalled"] == "20%"
+    assert row["stalled mean ms"] == pytest.approx(3.0) and row["mean ms"] == pytest.approx(0.68)
+    assert row["exchanges"] == 100 and row["size"] == "128 KiB"
+    assert benchmark.latency_summary(2, 4096, [1e-4] * 10)["stalled"] == "0%"

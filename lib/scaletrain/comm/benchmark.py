@@ -1,4 +1,4 @@
-"""`python -m scaletrain.bench allreduce [--quick] [--world-sizes 2,3,4] [--reps N]`
+"""`python -m scaletrain.bench allreduce [--quick] [--world-sizes 2,3,4] [--reps N] [--latency]`
 
 Our ring allreduce vs `dist.all_reduce` (gloo on CPU, NCCL on GPU) vs the textbook ring (naive.py:
 one blocking exchange per step, fresh buffers) vs the naive reduce+broadcast,
@@ -15,13 +15,20 @@ model (cost_model.py) gives the "model" column. Plot: bench_out/allreduce_busbw.
 student's ring.py) against `dist.all_reduce` for every SEGMENT_BYTES × SENDS_IN_FLIGHT pair
 (ring.py's two tuning constants, set in each rank before its calls) at 4 and 16 MiB on 2 ranks (the
 grader's CPU speed check: 2 ranks, 16 MiB) and prints the median ratio with its p20–p80 range.
+
+`--latency` times one ring step alone (an exchange of 128 KiB with the neighbours, 400 times per
+rank) and prints its median, p90, mean and how many exchanges took over 5x the median: where the
+fitted α comes from. On the 2-vCPU development VM most exchanges take about 0.15 ms and a fifth
+stall for milliseconds (a vCPU woken from idle), so α is several times the median.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
+import time
 from typing import Any
 
 import torch
@@ -204,6 +211,43 @@ def _main_sweep(args, segments: tuple[int, ...], in_flight: tuple[int, ...]) -> 
     return 0
 
 
+LATENCY_BYTES, LATENCY_REPS, STALL_FACTOR = 128 << 10, 400, 5
+
+
+def _latency_rank(rank: int, world_size: int, nbytes: int, reps: int) -> list[float]:
+    """Seconds per exchange with the ring neighbours (irecv from the previous rank, isend to the
+    next, both waited on), `reps` back to back after a warm-up: one step of our ring, alone."""
+    nxt, prev = (rank + 1) % world_size, (rank - 1) % world_size
+    out, into = torch.ones(nbytes // 4), torch.empty(nbytes // 4)
+    times = []
+    for rep in range(reps + 10):
+        t0 = time.perf_counter()
+        recv = dist.irecv(into, src=prev)
+        dist.isend(out, dst=nxt).wait()
+        recv.wait()
+        if rep >= 10:
+            times.append(time.perf_counter() - t0)
+    return times
+
+
+def latency_rows(world_sizes: tuple[int, ...], nbytes: int = LATENCY_BYTES, reps: int = LATENCY_REPS) -> list[dict]:
+    """Per p: the distribution of one ring step's time (every rank's exchanges pooled). Its median
+    is what a message costs; the α that `fit_model` finds is a mean, and on a machine whose idle
+    CPUs wake slowly (a VM's vCPUs) a few stalled exchanges set it."""
+    return [latency_summary(p, nbytes, [t for rank in spawn(_latency_rank, p, nbytes, reps, timeout_s=120) for t in rank])
+            for p in world_sizes]
+
+
+def latency_summary(p: int, nbytes: int, times: list[float]) -> dict[str, Any]:
+    """One row of `latency_rows` from the exchanges' seconds: an exchange over STALL_FACTOR times the
+    median counts as stalled."""
+    median = statistics.median(times)
+    stalled = [t for t in times if t > STALL_FACTOR * median]
+    return {"p": p, "size": _size(nbytes), "exchanges": len(times), "median ms": median * 1e3,
+            "p90 ms": bench.quantile(times, 0.9) * 1e3, "mean ms": statistics.fmean(times) * 1e3,
+            "stalled": f"{len(stalled) / len(times):.0%}", "stalled mean ms": statistics.fmean(stalled or [0.0]) * 1e3}
+
+
 # issue 16's speed target: the ring no slower than the backend's allreduce over this size range
 TARGET_SIZES, TARGET_RATIO = (256 << 10, 64 << 20), 1.0
 
@@ -231,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=None, help="timed reps per pair (default 10, quick 5, sweep 9)")
     parser.add_argument("--sweep", action="store_true", help="a2 task 2.4: ring/gloo for every SEGMENT_BYTES x "
                                                             "SENDS_IN_FLIGHT at 4 and 16 MiB on 2 ranks")
+    parser.add_argument("--latency", action="store_true", help=f"the time of one ring step alone ({LATENCY_REPS} "
+                        f"exchanges of {LATENCY_BYTES >> 10} KiB with the neighbours): median, tail and stalls")
     parser.add_argument("--impl", default="reference", help="with --sweep: whose ring.py, 'reference', 'student' "
                                                             "(assignments/a2_collectives/) or a submission folder")
     parser.add_argument("--segments-kib", default=",".join(str(s >> 10) for s in SWEEP_SEGMENTS),
@@ -254,6 +300,11 @@ def main(argv: list[str] | None = None) -> int:
         world_sizes = bench.world_sizes(args.world_sizes, "2,4" if args.quick else "2,3,4")
     except ValueError as exc:
         parser.error(str(exc))
+    if args.latency:
+        print(f"one ring step (irecv from the previous rank, isend to the next, both waited) on "
+              f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}:")
+        print(bench.format_table(latency_rows(world_sizes)))
+        return 0
     sizes, reps = (QUICK_SIZES, 5) if args.quick else (SIZES, 10)
     try:
         rows = measure(world_sizes, sizes, args.reps or reps)

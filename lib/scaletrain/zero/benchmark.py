@@ -4,7 +4,9 @@ One training step (zero_grad, forward, backward, step) of a small GPT with AdamW
 our stages 0-3 and torch's own: DDP, DDP + `ZeroRedundancyOptimizer` (ZeRO-1, which broadcasts
 each rank's updated partition after DDP's allreduce) and FSDP2 `fully_shard` (ZeRO-3, one unit
 per block), and our ZeRO-3 with `prefetch=1` (the next unit gathered on a communication thread
-while the current one computes). All variants are timed round-robin on the same ranks, one step of each per rep
+while the current one computes), and our ZeRO-3 with the whole model as one unit: the same bytes in
+3 collectives a step instead of 3 per block, so the difference between the two ZeRO-3 rows is what
+the extra collectives' latency (α) costs. All variants are timed round-robin on the same ranks, one step of each per rep
 (bench.compare_many: barrier before every step, slowest rank's time); "ratio" is the median of
 per-rep ratios to DDP + ZeroRedundancyOptimizer's step of the same rep (< 1: faster), so every row
 of a p uses one baseline measurement and the baseline's own row reads 1.00.
@@ -40,6 +42,7 @@ QUICK_CFG = GPTConfig(vocab_size=256, block_size=32, n_layer=2, n_head=4, n_embd
 BASELINE = "torch ZeRO-1+DDP"
 PREFETCH = "ours ZeRO-3 + prefetch"  # issue 16's target: within 1.3x of "ours ZeRO-1"
 PREFETCH_TARGET = 1.3
+ONE_UNIT = "ours ZeRO-3, one unit"  # the same bytes in 3 collectives a step, not 3 per block: what α costs
 LR = 1e-3
 COLUMNS = ["p", "variant", "ms", "p20", "p80", "ratio", "ratio p20-p80", "MB sent/rank", "MB counted",
            "MB formula", "state MB/rank", "state MB formula"]
@@ -61,10 +64,11 @@ class _Variant:
     sent: tuple[float, float] = (0.0, 0.0)
 
 
-def _ours(stage: int, cfg: GPTConfig, prefetch: int = 0) -> _Variant:
+def _ours(stage: int, cfg: GPTConfig, prefetch: int = 0, one_unit: bool = False) -> _Variant:
     model = GPT(cfg, seed=0)
-    # stage 3 gathers one block at a time and the rest with the root: FSDP2's units below
-    units = list(model.blocks) if stage == 3 else None
+    # stage 3 gathers one block at a time and the rest with the root: FSDP2's units below;
+    # `one_unit`: the whole model is the root's unit (same bytes in 3 collectives instead of 3 per unit)
+    units = ([] if one_unit else list(model.blocks)) if stage == 3 else None
     zero = ZeRO(model, optimizer_class=torch.optim.AdamW, stage=stage, lr=LR, prefetch=prefetch, unit_modules=units)
 
     def step(idx, targets):
@@ -72,7 +76,8 @@ def _ours(stage: int, cfg: GPTConfig, prefetch: int = 0) -> _Variant:
         model(idx, targets)[1].backward()
         zero.step()
 
-    name = "ours DP (stage 0)" if stage == 0 else f"ours ZeRO-{stage}" + (" + prefetch" if prefetch else "")
+    name = ("ours DP (stage 0)" if stage == 0 else ONE_UNIT if one_unit
+            else f"ours ZeRO-{stage}" + (" + prefetch" if prefetch else ""))
     return _Variant(name=name, step=step,
                     states=lambda: zero.memory_report().total, counted=lambda: zero.sent.bytes_sent)
 
@@ -132,7 +137,7 @@ def _measure_rank(rank: int, world_size: int, reps: int, quick: bool) -> list[di
     cfg = QUICK_CFG if quick else CFG
     psi = sum(p.numel() for p in GPT(cfg).parameters())
     idx, targets = make_batch(cfg, 4, seed=rank)
-    variants = ([_ours(s, cfg) for s in range(4)] + [_ours(3, cfg, prefetch=1)]
+    variants = ([_ours(s, cfg) for s in range(4)] + [_ours(3, cfg, prefetch=1), _ours(3, cfg, one_unit=True)]
                 + [_torch_ddp(False, cfg), _torch_fsdp2(cfg)])
     baseline = _torch_ddp(True, cfg)
     group, rows = dist.group.WORLD, []
@@ -156,7 +161,7 @@ def _measure_rank(rank: int, world_size: int, reps: int, quick: bool) -> list[di
 def _formula(name: str, psi: int, p: int) -> tuple[float, int]:
     """(bytes sent per rank per step, model-state bytes per rank) from the ZeRO paper (fp32 AdamW)."""
     stage = {"ours DP (stage 0)": 0, "torch DDP": 0, "ours ZeRO-1": 1, BASELINE: 1, "ours ZeRO-2": 2,
-             "ours ZeRO-3": 3, PREFETCH: 3, "torch FSDP2": 3}[name]
+             "ours ZeRO-3": 3, PREFETCH: 3, ONE_UNIT: 3, "torch FSDP2": 3}[name]
     volume = 3 if name == BASELINE else stage_facts(stage).comm_factor  # ZeroRedundancyOptimizer: + broadcast Ψ
     return volume * psi * (p - 1) / p * 4, zero_memory_per_rank(psi, p, stage).total
 
@@ -221,8 +226,12 @@ def main(argv: list[str]) -> int:
     for p in world_sizes:
         ms = {r["variant"]: r["ms"] for r in rows if r["p"] == p}
         print(f"p = {p}: ours ZeRO-3 / ours ZeRO-1 = {ms['ours ZeRO-3'] / ms['ours ZeRO-1']:.2f}, with prefetch "
-              f"{ms[PREFETCH] / ms['ours ZeRO-1']:.2f} (target <= {PREFETCH_TARGET}); FSDP2 / ours ZeRO-1 = "
+              f"{ms[PREFETCH] / ms['ours ZeRO-1']:.2f} (target <= {PREFETCH_TARGET}); one unit "
+              f"{ms[ONE_UNIT] / ms['ours ZeRO-1']:.2f}; FSDP2 / ours ZeRO-1 = "
               f"{ms['torch FSDP2'] / ms['ours ZeRO-1']:.2f}")
+        extra = 3 * (QUICK_CFG if args.quick else CFG).n_layer  # 3 collectives per block unit
+        print(f"        per extra collective: {(ms['ours ZeRO-3'] - ms[ONE_UNIT]) / extra:.2f} ms "
+              f"(ZeRO-3 per block minus one unit, over its {extra} more collectives of the same total bytes)")
     print(f"\nratio: step time / {BASELINE} (median of per-rep ratios; one round-robin per p, so every row "
           f"of a p divides by the same {BASELINE} samples and its own row is 1.00); MB sent: mean over ranks "
           f"of bytes written to gloo's sockets (/proc/self/io wchar); plot: {path}")
