@@ -93,7 +93,40 @@ def _checks(rank: int, p: int) -> dict:
         flat = torch.cat([q.detach().reshape(-1) for q in model.parameters()])
         agree = max(agree, max((f - flat).abs().max().item() for f in _gather(flat)))
     res.update(warm_err=warm_err, params_agree=agree, v_frozen=v_frozen)
+    res.update(_bias_corrected(gen, p))
     return res
+
+
+def _bias_corrected(gen, p: int) -> dict:
+    """bias_correction=True: the warm-up is torch's own Adam on the mean gradient; afterwards the step
+    is m/(1−β₁^t) over √(v_Tw/(1−β₂^Tw)), v̂ frozen at what Adam used at step T_w."""
+    torch.manual_seed(1)
+    model = nn.Linear(6, 3)
+    twin = nn.Linear(6, 3)
+    twin.load_state_dict(model.state_dict())
+    opt = OneBitAdam(model.parameters(), lr=0.01, betas=(0.9, 0.99), eps=1e-8, warmup_steps=3, bias_correction=True)
+    ref = torch.optim.Adam(twin.parameters(), lr=0.01, betas=(0.9, 0.99), eps=1e-8)
+    warm_err, after_err = 0.0, 0.0
+    for t in range(1, 6):
+        xb = torch.randn(4, 6, generator=gen)
+        for m in (model, twin):
+            m.zero_grad()
+            m(xb).square().mean().backward()
+        for q in twin.parameters():  # torch's Adam steps on the mean gradient
+            dist.all_reduce(q.grad)
+            q.grad /= p
+        before = [q.detach().clone() for q in model.parameters()]
+        opt.step()
+        if t <= 3:
+            ref.step()
+            warm_err = max(warm_err, max((a.detach() - b.detach()).abs().max().item()
+                                         for a, b in zip(model.parameters(), twin.parameters())))
+        else:  # the update from the optimizer's own state: m̂ over the frozen v̂
+            for q, b in zip(model.parameters(), before):
+                st = opt.state[q]
+                step = st["exp_avg"] / (1 - 0.9 ** t) / ((st["exp_avg_sq"] / (1 - 0.99 ** 3)).sqrt() + 1e-8)
+                after_err = max(after_err, (b - 0.01 * step - q.detach()).abs().max().item())
+    return dict(bc_warm_err=warm_err, bc_after_err=after_err)
 
 
 @pytest.fixture(scope="module")
@@ -122,3 +155,9 @@ def test_onebit_adam_warmup_is_adam_then_variance_frozen(results):
         assert res["warm_err"] < 1e-6, res["warm_err"]
         assert res["v_frozen"]
         assert res["params_agree"] == 0.0
+
+
+def test_onebit_adam_bias_corrected_warmup_is_torch_adam_then_its_frozen_v_hat(results):
+    for res in results:
+        assert res["bc_warm_err"] < 1e-6, res["bc_warm_err"]
+        assert res["bc_after_err"] < 1e-6, res["bc_after_err"]

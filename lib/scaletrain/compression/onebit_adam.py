@@ -13,8 +13,13 @@ compressed with error feedback.
     compression (t > T_w): m ← β₁m + (1−β₁)g_local             (v frozen: the value at T_w)
                        m ← compressed_allreduce(m)               (identical on every rank)
                        x ← x − lr·(m/(√v+ε) + λx)
-As in the authors' implementation (DeepSpeed's OnebitAdam) there is no bias correction: v is frozen
-as accumulated, and a bias-corrected warm-up would change the step size when it stops.
+As in the authors' implementation (DeepSpeed's OnebitAdam) there is no bias correction by default:
+v is frozen as accumulated. That is harmless after thousands of warm-up steps, but after T_w = 30
+steps with β₂ = 0.999 the accumulated v is only 1 − β₂^30 ≈ 3 % of the bias-corrected one, so every
+step is about 5.8× torch Adam's. `bias_correction=True` divides as torch's Adam does: m by
+1 − β₁^t at every step and v by 1 − β₂^t during warm-up, which freezes v̂ = v_{T_w}/(1 − β₂^{T_w}),
+the very value Adam used at step T_w (no jump in step size when the warm-up ends); the warm-up is
+then torch's Adam on the mean gradient, step for step.
 
 compressed_allreduce (Tang et al., Algorithm 1, "Compression stage"; p ranks, every rank "server"
 of one chunk): the flat tensor (padded to p·c, c = ⌈n/p⌉) plus the worker error e_w is split into p
@@ -109,12 +114,14 @@ class OneBitAdam(torch.optim.Optimizer):
     module whose replicas start identical, e.g. after `scaletrain.dp.broadcast_module`).
 
     Args: lr, betas, eps, weight_decay (added to the update, as DeepSpeed does), warmup_steps (T_w:
-    steps of full-precision Adam before v is frozen), group."""
+    steps of full-precision Adam before v is frozen), bias_correction (torch Adam's; default off, as
+    in DeepSpeed: see the module doc), group."""
 
     def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.0, warmup_steps: int = 100, group: Any = None):
+                 eps: float = 1e-8, weight_decay: float = 0.0, warmup_steps: int = 100,
+                 bias_correction: bool = False, group: Any = None):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
-        self.warmup_steps, self.group = warmup_steps, group
+        self.warmup_steps, self.bias_correction, self.group = warmup_steps, bias_correction, group
         self.steps = 0
         self.comm = CompressedAllreduceState()
 
@@ -145,6 +152,11 @@ class OneBitAdam(torch.optim.Optimizer):
         else:
             momenta.mul_(b1).add_(grads, alpha=1 - b1)
             momenta = compressed_allreduce(momenta, self.comm, self.group)
+        # torch Adam's corrections: v's stops changing when v freezes, so v̂ freezes with it
+        m_scale, v_scale = 1.0, 1.0
+        if self.bias_correction:
+            m_scale = 1 - b1 ** self.steps
+            v_scale = 1 - b2 ** min(self.steps, self.warmup_steps)
         o = 0
         for group in self.param_groups:
             for x in group["params"]:
@@ -154,7 +166,7 @@ class OneBitAdam(torch.optim.Optimizer):
                 if self.steps <= self.warmup_steps:
                     g = grads[o:o + k].view_as(x)
                     st["exp_avg_sq"].mul_(b2).addcmul_(g, g, value=1 - b2)
-                update = st["exp_avg"] / (st["exp_avg_sq"].sqrt() + group["eps"])
+                update = (st["exp_avg"] / m_scale) / ((st["exp_avg_sq"] / v_scale).sqrt() + group["eps"])
                 if group["weight_decay"]:
                     update.add_(x, alpha=group["weight_decay"])
                 x.sub_(update, alpha=group["lr"])
