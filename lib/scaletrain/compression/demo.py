@@ -96,7 +96,7 @@ def _feedback_rank(rank: int, p: int, steps: int, methods: tuple[str, ...]) -> d
 
     tokens, out = corpus(), {}
     for method in methods:
-        hook = _Tracked(benchmark.HOOKS[method]())
+        hook = _Tracked(benchmark.HOOKS[method](steps))
         model = compressed_data_parallel(GPT(benchmark.CFG, seed=0), hook, bucket_cap_mb=benchmark.CAP_MB)
         opt = torch.optim.Adam(model.parameters(), lr=benchmark.LR)
         losses, drift = [], []
