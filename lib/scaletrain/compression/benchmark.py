@@ -14,7 +14,7 @@ the gradient synchronization differs:
                 steps (warm-up), then its 1-bit compressed momentum        (onebit_adam.py)
                 (with torch Adam's bias correction, so its warm-up is the baseline's Adam step for
                 step and the gap to Adam is the compression's alone; the authors' code has none,
-                which after 30 warm-up steps makes every step ≈ 5.8× Adam's)
+                which after 30 warm-up steps makes every step ≈ 5.6× Adam's)
 
 Printed per method: the loss (mean of the last 5 steps, every rank's loss averaged), its gap to
 Adam's at the same step, bytes one rank sent per step (comm_counter, max over ranks; the median
