@@ -31,6 +31,7 @@ the student file, statically and at run time.
 from __future__ import annotations
 
 import functools
+import itertools
 import random
 import time
 from dataclasses import dataclass, field
@@ -178,6 +179,10 @@ MANIFEST = Manifest(
         Planted("buckets filled in registration order", BF,
                 ("for i in reversed(range(len(params))):", "for i in range(len(params)):"),
                 groups=("buckets",), expect={C_ORDER: "failed", C_DTYPE: "passed"}),
+        # issue 27: the public docstring test caught this and the hidden suite gave it 18/18
+        Planted("a bucket closed when a parameter exactly fills the cap (>= for >)", BF,
+                ("current_bytes + nbytes > cap_bytes", "current_bytes + nbytes >= cap_bytes"), groups=("buckets",),
+                expect={C_CAP: "failed", C_ORDER: "passed", C_DTYPE: "passed"}),
         Planted("gradients summed, not averaged", DF,
                 ("            bucket.buffer.div_(self.dp_world_size)\n", ""), groups=("ddp",),
                 expect={C_SYNC: "failed", C_HOOKED: "failed", C_OVERLAP: "passed", C_ONCE: "passed"}),
@@ -224,18 +229,40 @@ def _cfg():
     return GPTConfig(vocab_size=97, block_size=24, n_layer=3, n_head=3, n_embd=48)
 
 
-def _gpt_specs():
+def _gpt_specs(cfg=None):
     from scaletrain.models import GPT
-    return [(tuple(p.shape), p.dtype) for p in GPT(_cfg()).parameters()]
+    return [(tuple(p.shape), p.dtype) for p in GPT(cfg or _cfg()).parameters()]
 
 
-def _hidden_param_lists(rng: random.Random):
-    """Lists of (shape, dtype): the hidden GPT's parameters, then random 1-D sizes."""
+CAPS = (1, 4 * 1021, 4 * 4099, 4 * 20011, 10**9)
+
+
+def _public_cases() -> list[tuple[list, tuple[int, ...]]]:
+    """(specs, caps) of the public tests of 3.1 (assignments/a3_data_parallel/tests/): the
+    docstring's example, whose middle bucket exactly fills its cap, and the default GPT at the
+    public caps. Issue 27: a hidden suite runs every public case."""
+    import torch
+
+    from scaletrain.models import GPTConfig
+    docstring = [((n,), torch.float32) for n in (10, 20, 30, 40)]
+    return [(docstring, (200,)), (_gpt_specs(GPTConfig()), (1, 4 * 5000, 4 * 40000, 10**9))]
+
+
+def _exact_caps(specs) -> tuple[int, ...]:
+    """Caps that the last two and the last three parameters exactly fill: a bucket must take a
+    parameter that brings it exactly to the cap (`>` closes it, not `>=`; issue 27)."""
+    sizes = [_nbytes(s) for s in reversed(specs)]
+    return tuple(sum(sizes[:k]) for k in (2, 3) if len(sizes) >= k)
+
+
+def _hidden_cases(rng: random.Random) -> list[tuple[list, tuple[int, ...]]]:
+    """(specs, caps): the hidden GPT's parameters, then random 1-D sizes, each at the fixed caps
+    and at caps some of its buckets exactly fill; then the public tests' cases."""
     import torch
     lists = [_gpt_specs()]
     for _ in range(6):
         lists.append([((rng.randint(1, 5000),), torch.float32) for _ in range(rng.randint(1, 30))])
-    return lists
+    return [(specs, CAPS + _exact_caps(specs)) for specs in lists] + _public_cases()
 
 
 def _as_tensors(specs):
@@ -252,76 +279,94 @@ def _call_assign(remote, specs, cap):
     return got
 
 
+def _check_order(remote, specs, cap) -> None:
+    want = list(reversed(range(len(specs))))
+    flat = [i for b in _call_assign(remote, specs, cap) for i in b]
+    assert flat == want, (f"{len(specs)} parameters, cap {cap} B: concatenated buckets are {flat[:8]}..., "
+                          f"expected {want[:8]}... (last registered first, each once)")
+
+
+def _check_cap(remote, specs, cap) -> None:
+    """Within the cap, greedy (the next bucket's first parameter did not fit), and, when the
+    order is right (the other check's business), the reference's buckets."""
+    want = _reference_assign()(_as_tensors(specs), cap)  # the reference first
+    got = _call_assign(remote, specs, cap)
+    size = lambda b: sum(_nbytes(specs[i]) for i in b)  # noqa: E731
+    assert all(0 <= i < len(specs) for b in got for i in b), f"cap {cap} B: an index outside 0..{len(specs) - 1}"
+    for b in got:
+        assert b, f"cap {cap} B: an empty bucket"
+        assert len(b) == 1 or size(b) <= cap, f"cap {cap} B: bucket {b[:6]} holds {size(b)} B"
+    for a, b in itertools.pairwise(got):
+        assert size(a) + _nbytes(specs[b[0]]) > cap, (
+            f"cap {cap} B: parameter {b[0]} would still fit in bucket {a[:6]} ({size(a) + _nbytes(specs[b[0]])} B"
+            f"{', exactly the cap' if size(a) + _nbytes(specs[b[0]]) == cap else ''}): fill each bucket greedily "
+            "before opening the next")
+    if [i for b in got for i in b] == list(reversed(range(len(specs)))):
+        assert got == want, f"cap {cap} B: buckets {str(got)[:80]}, expected {str(want)[:80]}"
+
+
+def _check_dtypes(remote, mixed) -> None:
+    want = _reference_assign()(_as_tensors(mixed), 10**6)
+    got = _call_assign(remote, mixed, 10**6)
+    assert sorted(sorted(b) for b in got) == sorted(sorted(b) for b in want), (  # order: the other check's
+        f"dtypes {[str(d).split('.')[-1] for _, d in mixed]} with a large cap: got {got}, expected {want} "
+        "(one flat buffer holds one dtype)")
+
+
 def group_buckets(ctx):
     import torch
-    rng = random.Random(checks.trial_seeds(1, salt=31)[0])
-    lists = _hidden_param_lists(rng)
-    caps = [1, 4 * 1021, 4 * 4099, 4 * 20011, 10**9]
-    reference = _reference_assign()
+    cases = _hidden_cases(random.Random(checks.trial_seeds(1, salt=31)[0]))
     remote = ctx.remote("dp_bucket", probe=f"{PROBE}:with_params")
     with ctx.check(C_ORDER):
-        for specs in lists:
-            want = list(reversed(range(len(specs))))
+        for specs, caps in cases:
             for cap in caps:
-                flat = [i for b in _call_assign(remote, specs, cap) for i in b]
-                assert flat == want, (
-                    f"{len(specs)} parameters, cap {cap} B: concatenated buckets are {flat[:8]}..., expected "
-                    f"{want[:8]}... (last registered first, each once)")
+                _check_order(remote, specs, cap)
     with ctx.check(C_CAP):
-        for specs in lists:
+        for specs, caps in cases:
             for cap in caps:
-                want = reference(_as_tensors(specs), cap)
-                got = _call_assign(remote, specs, cap)
-                size = lambda b: sum(_nbytes(specs[i]) for i in b)  # noqa: E731
-                assert all(0 <= i < len(specs) for b in got for i in b), \
-                    f"cap {cap} B: an index outside 0..{len(specs) - 1}"
-                for b in got:
-                    assert b, f"cap {cap} B: an empty bucket"
-                    assert len(b) == 1 or size(b) <= cap, f"cap {cap} B: bucket {b[:6]} holds {size(b)} B"
-                for a, b in zip(got, got[1:]):
-                    assert size(a) + _nbytes(specs[b[0]]) > cap, (
-                        f"cap {cap} B: parameter {b[0]} would still fit in bucket {a[:6]} "
-                        f"({size(a) + _nbytes(specs[b[0]])} B): fill each bucket greedily before opening the next")
-                if [i for b in got for i in b] == list(reversed(range(len(specs)))):  # order: the other check's
-                    assert got == want, f"cap {cap} B: buckets {str(got)[:80]}, expected {str(want)[:80]}"
+                _check_cap(remote, specs, cap)
         small = [((10,), torch.float32), ((1000,), torch.float32), ((10,), torch.float32)]
         got = _call_assign(remote, small, 100)
         assert got == [[2], [1], [0]], f"cap 100 B, sizes 40/4000/40 B: got {got}, expected [[2], [1], [0]]"
     with ctx.check(C_DTYPE):
-        mixed = [((3,), torch.float32), ((3,), torch.float64), ((3,), torch.float64), ((3,), torch.float32)]
-        want = reference(_as_tensors(mixed), 10**6)
-        got = _call_assign(remote, mixed, 10**6)
-        groups = sorted(sorted(b) for b in got)  # order is the other check's business
-        assert groups == sorted(sorted(b) for b in want), (
-            f"dtypes f32, f64, f64, f32 with a large cap: got {got}, expected {want} "
-            "(one flat buffer holds one dtype)")
+        f32, f64 = torch.float32, torch.float64
+        for mixed in ([((3,), f32), ((3,), f64), ((3,), f64), ((3,), f32)],
+                      [((2,), f32), ((2,), f64), ((2,), f32)]):  # the second: the public test's
+            _check_dtypes(remote, mixed)
 
 
 # ---------------------------------------------------------------- 3.2 and 3.3: P ranks
 
+PUBLIC_CAP_MB = 0.1  # the public tests' DataParallel(GPT(GPTConfig()), bucket_cap_mb=0.1): 7 buckets
+
+
 @functools.lru_cache(maxsize=None)
-def _cap_for(n_buckets: int) -> tuple[float, list[list[int]]]:
-    """(bucket_cap_mb, the reference's assignment of the hidden GPT's parameters) for n buckets."""
-    from scaletrain.models import GPT
+def _shape(n_buckets: int | None):
+    """(GPTConfig, bucket_cap_mb, the reference's buckets): the hidden GPT in n buckets, or (None)
+    the public tests' GPT and cap, more buckets than any hidden shape (issue 27)."""
+    from scaletrain.models import GPT, GPTConfig
+    if n_buckets is None:
+        params = list(GPT(GPTConfig()).parameters())
+        return GPTConfig(), PUBLIC_CAP_MB, _reference_assign()(params, int(PUBLIC_CAP_MB * 2**20))
     params = list(GPT(_cfg()).parameters())
     total = sum(p.numel() * p.element_size() for p in params)
     for k in range(400):
         cap_mb = int(total * (1 - k / 400)) / 2**20
         buckets = _reference_assign()(params, max(1, int(cap_mb * 2**20)))  # as DataParallel.__init__ does
         if len(buckets) == n_buckets:
-            return cap_mb, buckets
+            return _cfg(), cap_mb, buckets
     raise RuntimeError(f"suite bug: no cap gives {n_buckets} buckets")
 
 
-def _batch(step: int, rows: int, seed: int):
+def _batch(cfg, step: int, rows: int, seed: int):
     from scaletrain.models import make_batch
-    return make_batch(_cfg(), rows, seed=seed + step, seq_len=17)
+    return make_batch(cfg, rows, seed=seed + step, seq_len=17)
 
 
-def _gpt_grads(x, y):
+def _gpt_grads(cfg, x, y):
     """Gradients of the mean loss over the rows of (x, y), one process, rank 0's weights."""
     from scaletrain.models import GPT
-    model = GPT(_cfg(), seed=1)
+    model = GPT(cfg, seed=1)
     model(x, y)[1].backward()
     return [p.grad.clone() for p in model.parameters()]
 
@@ -342,25 +387,24 @@ class Scenario:
 _GPT_MEMO: dict = {}
 
 
-def _gpt_scenario(what: str, seed: int, *, n_buckets: int, step: int = 0, micro: int = 1, overlap: bool = True,
-                  watch: bool = False, trace: bool = False) -> Scenario:
+def _gpt_scenario(what: str, seed: int, *, n_buckets: int | None, step: int = 0, micro: int = 1,
+                  overlap: bool = True, watch: bool = False, trace: bool = False) -> Scenario:
     import torch
 
     from scaletrain.models import GPT
-    cap_mb, buckets = _cap_for(n_buckets)
-    x, y = _batch(step, P * micro * 3, seed)
-    key = (step, micro, seed)
+    cfg, cap_mb, buckets = _shape(n_buckets)
+    x, y = _batch(cfg, step, P * micro * 3, seed)
+    key = (n_buckets is None, step, micro, seed)
     if key not in _GPT_MEMO:  # the references first, before any student code ran on these rows
-        local = [_gpt_grads(x[r * micro * 3:(r + 1) * micro * 3], y[r * micro * 3:(r + 1) * micro * 3])
+        local = [_gpt_grads(cfg, x[r * micro * 3:(r + 1) * micro * 3], y[r * micro * 3:(r + 1) * micro * 3])
                  for r in range(P)]
         if all(torch.equal(a, b) for a, b in zip(*local)):  # else a dummy collective could look right
             raise RuntimeError("suite bug: the ranks' rows give the same gradients")
-        _GPT_MEMO[key] = (_gpt_grads(x, y), local)
+        _GPT_MEMO[key] = (_gpt_grads(cfg, x, y), local)
     ref, local = _GPT_MEMO[key]
     batches = [[{"args": (x[r * micro * 3 + 3 * j: r * micro * 3 + 3 * (j + 1)],
                           y[r * micro * 3 + 3 * j: r * micro * 3 + 3 * (j + 1)]), "kwargs": {}}
                 for j in range(micro)] for r in range(P)]
-    cfg = _cfg()
     send = dict(model="gpt", cfg=dict(vocab_size=cfg.vocab_size, block_size=cfg.block_size, n_layer=cfg.n_layer,
                                       n_head=cfg.n_head, n_embd=cfg.n_embd),
                 init_seed=1, buckets=buckets, cap_mb=cap_mb, overlap=overlap, batches=batches,
@@ -394,17 +438,22 @@ def _branchy_scenario(what: str, seed: int, *, overlap: bool) -> Scenario:
 
 
 def _plan(seed: int) -> dict[str, list[Scenario]]:
-    """Each distributed check's scenarios, in the order the ranks run them."""
+    """Each distributed check's scenarios, in the order the ranks run them; each of the public
+    tests' steps (n_buckets=None: their GPT and cap) among them (issue 27)."""
+    pub = "the public tests' GPT in 7 buckets"
     plan = {C_SYNC: [_gpt_scenario(f"{n} bucket(s), step {step}, overlap=False", seed, n_buckets=n, step=step,
-                                   overlap=False) for n in (1, 2, 3) for step in range(2)],
+                                   overlap=False) for n in (1, 2, 3) for step in range(2)]
+            + [_gpt_scenario(f"{pub}, overlap=False", seed, n_buckets=None, overlap=False)],
             C_ONCE: [_gpt_scenario(f"3 buckets, overlap={overlap}", seed, n_buckets=3, overlap=overlap)
                      for overlap in (False, True)],
             C_UNUSED: [_branchy_scenario("frozen, unused and one-rank parameters, overlap=False", seed,
                                          overlap=False)],
-            C_OVERLAP: [_gpt_scenario("3 buckets, overlap=True", seed, n_buckets=3, watch=True, trace=True)],
+            C_OVERLAP: [_gpt_scenario(f"{what}, overlap=True", seed, n_buckets=n, watch=True, trace=True)
+                        for what, n in (("3 buckets", 3), (pub, None))],
             C_HOOKED: [_gpt_scenario(f"overlap=True, step {step}", seed, n_buckets=2, step=step)
-                       for step in range(2)],
-            C_NOSYNC: [_gpt_scenario("4 micro-steps (3 inside no_sync)", seed, n_buckets=3, micro=4)],
+                       for step in range(2)] + [_gpt_scenario(f"{pub}, overlap=True", seed, n_buckets=None)],
+            C_NOSYNC: [_gpt_scenario(f"{what}, 4 micro-steps (3 inside no_sync)", seed, n_buckets=n, micro=4)
+                       for what, n in (("3 buckets", 3), (pub, None))],
             C_UNUSED_HOOKED: [_branchy_scenario("frozen, unused and one-rank parameters, overlap=True", seed,
                                                 overlap=True)]}
     assert list(plan) == list(DDP_CHECKS)
