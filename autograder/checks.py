@@ -24,7 +24,13 @@ if TYPE_CHECKING:  # torch is imported lazily: arithmetic-only groups should not
 
 SUBMISSION_ENV = "AUTOGRADER_SUBMISSION"
 SEED_ENV = "AUTOGRADER_SEED"   # set by the Gradescope package; never passed to the untrusted worker
-SEED = int(os.environ.get(SEED_ENV, "20261122"))
+DEFAULT_SEED = 20261122         # the public one: what a student's own `grade` uses
+
+
+def grading_seed() -> int:
+    """The hidden inputs' seed, read when used rather than at import: a runner forked from a zygote
+    that imported this module earlier must still see the seed of its own request."""
+    return int(os.environ.get(SEED_ENV, DEFAULT_SEED))
 
 
 class Flagged(Exception):
@@ -69,7 +75,8 @@ def student_module(stem: str, default: str | os.PathLike | None = None):
 
 def trial_seeds(n: int, salt: int = 0) -> list[int]:
     """`n` seeds derived from the grading seed (recorded in results.json)."""
-    return [SEED + 1000 * salt + i for i in range(n)]
+    seed = grading_seed()
+    return [seed + 1000 * salt + i for i in range(n)]
 
 
 def irregular_sizes(world_size: int) -> list[int]:

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import traceback
 from pathlib import Path
 
 from autograder import zygote
-from autograder.grade import UnusableSubmission, grade_assignment
+from autograder.grade import UnusableSubmission, check_library_origin, grade_assignment
 from autograder.manifest import REPO, all_manifests, get_manifest, hidden_suites_present
+from autograder import package_info
+from autograder.package_info import TORCH_BUILDS, VISIBILITIES, PackageError
 from autograder.release import ReleaseError, release
 from autograder.results import summarize, table, to_gradescope, write_json
 from autograder.runner import Result
+from autograder.untrusted import BUILD_ENV
 
 EXIT_OK, EXIT_FAILED, EXIT_HARNESS, EXIT_INCOMPLETE = 0, 1, 2, 3
 
@@ -23,13 +27,15 @@ Grade your assignment, or (instructors) release stubs and check the grader.
   python -m autograder grade a0                 grade assignments/a0_memory/ (your working copy)
   python -m autograder grade all                grade every assignment under assignments/
   python -m autograder grade a2 --submission DIR   grade another folder
+  python -m autograder submit a0                write a0_submission.zip: the file to upload
   python -m autograder list                     assignments, tasks and points
 
 Outcomes: passed (the only one that scores), failed (wrong answer or not implemented yet),
 error (your code crashed), timeout (infinite loop or deadlock), not_run (needs a GPU that this
 machine lacks: the points are not lost, they are graded on a GPU machine), flagged (used
-something the assignment forbids). The score table names the task and the reason for each row;
-results.json is the file to upload.
+something the assignment forbids). The score table names the task and the reason for each row.
+Upload the zip that `submit` writes (your files and written answers); results.json, where `grade`
+writes one, is that run's report, not a submission.
 
 Exit codes: 0 all passed, 1 something failed, 2 the grader could not run (unknown assignment,
 missing folder or file, --device cuda without a GPU), 3 all gradable checks passed but GPU checks
@@ -72,6 +78,16 @@ def submission_folder(m, submission: str | None, every: bool) -> Path:
     return root
 
 
+def _use_package(path: Path, assignment: str) -> str:
+    """Grade as the package at `path` (its package.json) was built to: its seed, its grading build
+    beside it; the visibility it gives the checks a suite keeps hidden."""
+    info = package_info.load(path)
+    info.check_assignment(assignment)
+    info.apply()
+    os.environ[BUILD_ENV] = str(path.resolve().parent / package_info.GRADING_BUILD)
+    return info.hidden_visibility
+
+
 def cmd_grade(args) -> int:
     from autograder import sandbox
     from autograder.context import clip
@@ -79,7 +95,11 @@ def cmd_grade(args) -> int:
 
     start, results, harness_error, code = time.monotonic(), [], "", EXIT_HARNESS
     device, notes, broken = "unknown", [], []
+    hidden_visibility = "visible"
     try:
+        check_library_origin()
+        if args.package:
+            hidden_visibility = _use_package(Path(args.package), args.assignment)
         device = _device(args.device)
         manifests = list(all_manifests().values()) if args.assignment == "all" else [get_manifest(args.assignment)]
         if args.submission is not None and not Path(args.submission).is_dir():
@@ -106,7 +126,7 @@ def cmd_grade(args) -> int:
         code = EXIT_HARNESS if broken else exit_code(results)
         if broken:
             print("error: the grader itself failed; please report this to the course staff", file=sys.stderr)
-    except (KeyError, UnusableSubmission) as exc:
+    except (KeyError, UnusableSubmission, PackageError) as exc:
         harness_error = str(exc).strip("'\"")
         print(f"error: {harness_error}", file=sys.stderr)
     except Exception as exc:  # noqa: BLE001 - report, never hide, a broken harness
@@ -114,7 +134,8 @@ def cmd_grade(args) -> int:
         traceback.print_exc()
         print("error: the grader itself failed; please report this to the course staff", file=sys.stderr)
     finally:
-        payload = to_gradescope(results, device=device, elapsed=time.monotonic() - start, harness_error=harness_error)
+        payload = to_gradescope(results, device=device, elapsed=time.monotonic() - start, harness_error=harness_error,
+                                hidden_visibility=hidden_visibility)
         payload["output"] = "\n".join([payload["output"], *notes])
         payload["extra_data"]["sandbox"] = sandbox.describe()
         write_json(Path(args.json), payload)
@@ -196,8 +217,9 @@ def cmd_submit(args) -> int:
 def cmd_gradescope(args) -> int:
     from autograder.gradescope import build_package
     try:
-        out = build_package(get_manifest(args.assignment), Path(args.output), seed=args.seed)
-    except (KeyError, ReleaseError) as exc:
+        out = build_package(get_manifest(args.assignment), Path(args.output), seed=args.seed, torch=args.torch,
+                            hidden_visibility=args.hidden_visibility)
+    except (KeyError, ReleaseError, PackageError) as exc:
         print(f"error: {str(exc).strip(chr(39))}", file=sys.stderr)
         return EXIT_HARNESS
     print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB): upload it as the Gradescope autograder")
@@ -222,20 +244,10 @@ def cmd_selftest(args) -> int:
 
 
 def cmd_regrade(args) -> int:
-    """(instructors) Grade every submission of a class; layouts and resuming: autograder/regrade.py."""
-    from autograder.regrade import regrade
+    """(instructors) Grade every submission of a class; layouts, seeds and resuming: autograder/regrade.py."""
+    from autograder.regrade import command
 
-    start = time.monotonic()
-    try:
-        with zygote.preloaded():
-            payloads = regrade(get_manifest(args.assignment), Path(args.submissions), Path(args.out),
-                               _device(args.device), cpu_results=Path(args.cpu_results) if args.cpu_results else None,
-                               force=args.force, progress=lambda s: print(s, file=sys.stderr))
-    except (KeyError, UnusableSubmission) as exc:
-        print(f"error: {str(exc).strip(chr(39) + chr(34))}", file=sys.stderr)
-        return EXIT_HARNESS
-    print(f"{len(payloads)} submissions in {time.monotonic() - start:.1f} s; wrote {Path(args.out) / 'scores.csv'}")
-    return EXIT_FAILED if any(p["extra_data"]["harness_error"] for p in payloads) else EXIT_OK
+    return command(args)
 
 
 def cmd_gpu_check(args) -> int:
@@ -263,6 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
                                         "with 'all', the folder that holds the aN_topic folders)")
     g.add_argument("--json", default="results.json", help="where to write results (default: ./results.json)")
     g.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    g.add_argument("--package", metavar="PACKAGE_JSON", help="(grading packages) the package.json of an "
+                   "unpacked Gradescope package: its seed, its grading build, its visibility of hidden checks")
     g.set_defaults(func=cmd_grade if hidden_suites_present() else cmd_public_grade)
     r = sub.add_parser("release", help="(instructors) regenerate stubs and solutions from lib/ and kernels/")
     r.add_argument("--check", action="store_true", help="write nothing; fail with a diff if anything is stale")
@@ -284,6 +298,12 @@ def build_parser() -> argparse.ArgumentParser:
     rg.add_argument("--cpu-results", metavar="DIR2",
                     help="an earlier run's OUT: grade only the GPU groups, take the rest from it")
     rg.add_argument("--force", action="store_true", help="regrade submissions already graded in OUT")
+    seed = rg.add_mutually_exclusive_group()
+    seed.add_argument("--package", metavar="ZIP", help="the Gradescope package (aN_autograder.zip): grade on its "
+                      "seed, the hidden inputs Gradescope graded on")
+    seed.add_argument("--seed", type=int, help="grade on this seed's hidden inputs")
+    rg.add_argument("--due", metavar="ISO8601", help="the deadline with its UTC offset, e.g. 2026-11-20T23:59-08:00: "
+                    "scores.csv's late column (hours)")
     rg.set_defaults(func=cmd_regrade)
     sub.add_parser("list", help="assignments, tasks and points").set_defaults(func=cmd_list)
     u = sub.add_parser("submit", help="write the zip to upload: your files and written answers")
@@ -299,6 +319,10 @@ def build_parser() -> argparse.ArgumentParser:
     z.add_argument("assignment")
     z.add_argument("-o", "--output", required=True, help="zip to write, e.g. a2_autograder.zip")
     z.add_argument("--seed", type=int, default=None, help="grading seed baked into the package (default: random)")
+    z.add_argument("--torch", choices=TORCH_BUILDS, default="cpu",
+                   help="the torch build setup.sh installs (default: cpu; Gradescope has no GPU)")
+    z.add_argument("--hidden-visibility", choices=VISIBILITIES, default="after_published",
+                   help="when students see the checks a suite keeps hidden (default: after_published)")
     z.set_defaults(func=cmd_gradescope)
     return parser
 

@@ -4,6 +4,7 @@ a helper module or a package that shadows `scaletrain`, can be imported while gr
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -11,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from autograder.manifest import Manifest
+from autograder.manifest import REPO, Manifest
 from autograder.runner import Result, run_group
 from autograder.untrusted import BUILD_ENV
 from autograder.static_check import check_source
@@ -19,6 +20,19 @@ from autograder.static_check import check_source
 
 class UnusableSubmission(Exception):
     """The input can't be graded at all (missing folder); the grader exits with code 2."""
+
+
+def check_library_origin() -> None:
+    """The grader's `scaletrain` must be the one beside its own `autograder` (REPO/lib). Any other
+    copy found first on sys.path (a `pip install` of the course into site-packages, a grading build
+    whose graded modules run the submission) would run code the grader did not ship, the student's
+    included, on its trusted side: a configuration error, not something to grade through."""
+    spec = importlib.util.find_spec("scaletrain")
+    origin = Path(spec.origin).resolve() if spec is not None and spec.origin else None
+    if origin is None or not origin.is_relative_to(REPO / "lib"):
+        raise UnusableSubmission(
+            f"the grader imports scaletrain from {origin or 'nowhere'}, not from {REPO / 'lib'}: "
+            f"run it with PYTHONPATH={REPO / 'lib'}:{REPO} (as run_autograder does) and do not pip-install the course")
 
 
 def static_outcomes(manifest: Manifest, submission: Path) -> dict[str, tuple[str, str]]:

@@ -30,7 +30,9 @@ class Check:
     task: str
     name: str                    # unique within the assignment; the row in the score table
     points: float
-    visibility: str = "visible"  # Gradescope: visible | hidden | after_due_date | after_published
+    # Gradescope: visible | hidden | after_due_date | after_published; None: a hidden check, whose
+    # visibility the package chooses (`gradescope aN --hidden-visibility`)
+    visibility: str | None = None
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import os
 import platform
 from pathlib import Path
 
-from autograder.checks import SEED
+from autograder.checks import grading_seed
 from autograder.manifest import OUTCOMES, Manifest
 from autograder.runner import Result
 
@@ -36,7 +36,7 @@ def _pending_note(points: float) -> str:
     return f"pending: {points:g} points, graded on a GPU machine; "
 
 
-def _test(r: Result, number: int) -> dict:
+def _test(r: Result, number: int, hidden_visibility: str) -> dict:
     pending = r.outcome == "not_run"
     extra = {"outcome": r.outcome, "duration_s": round(r.duration, 3),
              "assignment": r.assignment, "task": r.check.task, "check": r.check.name}
@@ -49,13 +49,16 @@ def _test(r: Result, number: int) -> dict:
         "max_score": 0 if pending else r.check.points,
         "status": "passed" if r.outcome in ("passed", "not_run") else "failed",
         "output": (_pending_note(r.check.points) if pending else "") + r.reason,
-        "visibility": r.check.visibility,
+        "visibility": r.check.visibility or hidden_visibility,
         "extra_data": extra,
     }
 
 
-def to_gradescope(results: list[Result], *, device: str, elapsed: float, harness_error: str = "") -> dict:
-    """The results.json payload; `elapsed` is the wall time of the whole grading run."""
+def to_gradescope(results: list[Result], *, device: str, elapsed: float, harness_error: str = "",
+                  hidden_visibility: str = "visible") -> dict:
+    """The results.json payload; `elapsed` is the wall time of the whole grading run;
+    `hidden_visibility`: Gradescope's visibility of the checks the suite keeps hidden (a package
+    chooses it; a local grade shows everything)."""
     pending = sum(r.check.points for r in results if r.outcome == "not_run")
     summary = summarize(results)
     output = summary if not harness_error else f"{summary}\nGRADER ERROR: {harness_error}"
@@ -64,8 +67,8 @@ def to_gradescope(results: list[Result], *, device: str, elapsed: float, harness
         "max_score": sum(r.check.points for r in results if r.outcome != "not_run"),
         "execution_time": round(elapsed, 2),
         "output": output,
-        "tests": [_test(r, i) for i, r in enumerate(results, 1)],
-        "extra_data": {"device": device, "versions": _versions(), "seed": SEED,
+        "tests": [_test(r, i, hidden_visibility) for i, r in enumerate(results, 1)],
+        "extra_data": {"device": device, "versions": _versions(), "seed": grading_seed(),
                        "incomplete": bool(pending) or bool(harness_error), "pending_points": pending,
                        "not_run": sum(r.outcome == "not_run" for r in results), "harness_error": harness_error},
     }

@@ -1,11 +1,14 @@
-"""The Gradescope package: unpacked in a folder laid out like Gradescope's (source/, submission/,
-results/), its run_autograder grades the solution full marks and the stub zero, and results.json
-has Gradescope's schema (issue: ship the course)."""
+"""The Gradescope package's contents and grading semantics: unpacked in a folder laid out like
+Gradescope's (source/, submission/, results/), its run_autograder grades the solution full marks and
+the stub zero, and results.json has Gradescope's schema. These run against this checkout's venv
+(`root/venv` links to it) for speed; tests/deploy/test_gradescope_deploy.py installs the same zip
+at the real /autograder with its own setup.sh."""
 
 import json
 import os
 import shutil
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -14,6 +17,7 @@ import pytest
 from autograder import student
 from autograder.gradescope import build_package
 from autograder.manifest import REPO, get_manifest
+from autograder.package_info import GRADING_BUILD
 
 pytestmark = pytest.mark.slow
 SEED = 424242
@@ -33,9 +37,9 @@ def _grade(package: Path, root: Path, files: list[Path]) -> dict:
     for f in files:
         shutil.copy(f, root / "submission" / f.name)
     source = root / "source"
-    env = dict(os.environ, AUTOGRADER_ROOT=str(root), AUTOGRADER_PYTHON=str(Path(os.sys.executable)),
-               PYTHONPATH=f"{source / 'lib'}{os.pathsep}{source}")
-    env.pop("AUTOGRADER_SEED", None)
+    (root / "venv").symlink_to(Path(sys.prefix))
+    env = {k: v for k, v in os.environ.items() if k not in ("AUTOGRADER_SEED", "PYTHONPATH")}
+    env["AUTOGRADER_ROOT"] = str(root)
     r = subprocess.run(["bash", str(source / "run_autograder")], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     return json.loads((root / "results" / "results.json").read_text())
@@ -56,22 +60,42 @@ def _assert_gradescope_schema(payload: dict) -> None:
 
 def test_package_holds_one_suite_and_no_solutions(package):
     names = zipfile.ZipFile(package).namelist()
-    assert {"setup.sh", "run_autograder", "pyproject.toml", "written_questions.md"} <= set(names)
+    assert {"setup.sh", "run_autograder", "requirements.txt", "package.json", "written_questions.md"} <= set(names)
     assert [n for n in names if n.startswith("autograder/suites/")] == [
         "autograder/suites/__init__.py", "autograder/suites/a0_memory.py"]
     assert not [n for n in names if n.startswith(("solutions/", "assignments/")) or n.endswith("ANSWERS.md")]
     assert "autograder/selftest.py" not in names
     assert "chmod -R go-rwx /autograder/source" in zipfile.ZipFile(package).read("setup.sh").decode()  # a0: all trusted
     run = zipfile.ZipFile(package).read("run_autograder").decode()
-    assert f"AUTOGRADER_SEED:-{SEED}" in run and "--device cpu" in run and "AUTOGRADER_BUILD" in run
+    assert str(SEED) not in run and "--package" in run and "--device cpu" in run  # a world-readable copy
+    assert json.loads(zipfile.ZipFile(package).read("package.json"))["seed"] == SEED
+
+
+def test_setup_installs_the_pinned_cpu_build_and_never_the_course(package):
+    """setup.sh installs requirements.txt (torch pinned to the +cpu build from PyTorch's CPU index),
+    never the course as a package: a `pip install /autograder/source` once wrote the grading
+    build into site-packages, where the trusted side imported the student's code."""
+    z = zipfile.ZipFile(package)
+    setup, reqs = z.read("setup.sh").decode(), z.read("requirements.txt").decode().split()
+    assert "torch==2.13.0+cpu" in reqs and "https://download.pytorch.org/whl/cpu" in setup
+    assert "-r /autograder/source/requirements.txt" in setup and "install /autograder/source" not in setup
+    assert not [n for n in z.namelist() if n.startswith("build/")], "build/ is where setuptools writes"
+    cuda = zipfile.ZipFile(build_package(get_manifest("a0"), package.parent / "cuda.zip", seed=SEED, torch="cuda"))
+    assert "torch==2.13.0" in cuda.read("requirements.txt").decode().split()
+    assert "download.pytorch.org" not in cuda.read("setup.sh").decode()
+
+
+def test_hidden_checks_take_the_packages_visibility(package, tmp_path):
+    graded = _grade(package, tmp_path / "vis", [REPO / "solutions/a0_memory/memory.py"])
+    assert {t["visibility"] for t in graded["tests"]} == {"after_published"}
 
 
 def test_the_library_student_code_can_import_holds_no_graded_reference(package, tmp_path):
     """build/ is what the worker imports: a0's graded module there runs the submission."""
     with zipfile.ZipFile(package) as z:
-        z.extractall(tmp_path, [n for n in z.namelist() if n.startswith("build/")])
-    assert "run_student_file" in (tmp_path / "build/lib/scaletrain/memory.py").read_text()
-    assert student.find_leaks(tmp_path / "build", student.make_plan("a0", "")) == []
+        z.extractall(tmp_path, [n for n in z.namelist() if n.startswith(f"{GRADING_BUILD}/")])
+    assert "run_student_file" in (tmp_path / GRADING_BUILD / "lib/scaletrain/memory.py").read_text()
+    assert student.find_leaks(tmp_path / GRADING_BUILD, student.make_plan("a0", "")) == []
 
 
 def test_solution_full_marks_stub_zero(package, tmp_path):
@@ -104,5 +128,5 @@ def test_every_assignment_package_locks_its_source_and_ships_no_graded_reference
         package = build_package(m, tmp_path / f"{m.assignment}.zip", seed=SEED)
         with zipfile.ZipFile(package) as z:
             assert "chmod -R go-rwx /autograder/source" in z.read("setup.sh").decode(), m.assignment
-            z.extractall(tmp_path / m.assignment, [n for n in z.namelist() if n.startswith("build/")])
-        assert student.find_leaks(tmp_path / m.assignment / "build", student.make_plan(m.assignment)) == []
+            z.extractall(tmp_path / m.assignment, [n for n in z.namelist() if n.startswith(f"{GRADING_BUILD}/")])
+        assert student.find_leaks(tmp_path / m.assignment / GRADING_BUILD, student.make_plan(m.assignment)) == []
