@@ -39,6 +39,7 @@ RING = "ring.py"
 PROBE = "autograder.probes.a2_collectives:"
 GROUP_TIMEOUT_S = 5     # autograder/probes/a2_collectives.py: a p2p wait longer than this is a deadlock
 DTYPES = ("float32", "float16", "bfloat16", "int64")
+PUBLIC_SIZES = (0, 1, 2, 3, 4, 10, 1001)  # assignments/a2_collectives/tests: every one runs here too (issue 27)
 SPEED_MIB, SPEED_P = 16, 2
 RS_SPEED_MAX = 1.0      # gloo's reduce-scatter is a full allreduce: a ring of p-1 steps must beat it
 AR_SPEED_MAX = 1.5      # a ring with fresh buffers and no pipelining measures 1.5-4.4x (ANCHORS.md)
@@ -252,6 +253,11 @@ MANIFEST = Manifest(
                 ("    if p == 1:\n        return out.copy_(chunks[0])\n",
                  "    if r == 1:\n        raise RuntimeError('rank 1 lost its chunk')\n"),
                 groups=("p3",), expect={C_RS: "error", C_AR: "error"}),
+        # issue 27: n = 0, a size the public tests exercise, costs hidden marks too
+        Planted("allreduce of an empty tensor runs the ring: records 2(p-1) empty messages", RING,
+                ("    if ring.world_size == 1 or tensor.numel() == 0:\n        return tensor\n",
+                 "    if ring.world_size == 1:\n        return tensor\n"), groups=("p3",),
+                expect={C_BYTES: "failed", C_AR: "passed", C_RS: "passed", C_AR2: "passed"}),
         # issue 13: run-time guards stepped around
         Planted("saves dist.all_reduce at import, before any guard", RING, (_AR_DEF, _SAVED), groups=("p3",),
                 expect={C_AR: "flagged", C_AR2: "flagged", C_BYTES: "flagged", C_RS: "passed", C_AG: "passed"}),
@@ -350,13 +356,15 @@ def _blocks(seed: int, members: list[int], group_index: int, sizes: list[int], t
         base[::2] = xs[me]
         ar.calls[rank].append(_Call({"fn": "ar", "x": base, "view": "strided"}, _judge_strided(total, tag),
                                     fn="allreduce", m=-(-n // p), itemsize=4, n=n, dtype=torch.float32))
-        ar.calls[rank].append(_Call({"fn": "ar", "x": xs[me].view(13, 7).clone(), "view": "transposed"},
-                                    _judge_after(total.view(13, 7), f"{tag} allreduce of a transposed matrix"),
-                                    fn="allreduce", m=-(-n // p), itemsize=4, n=n, dtype=torch.float32))
+        for op, want in (("sum", total), ("avg", total / p)):  # avg: the public test's
+            ar.calls[rank].append(_Call({"fn": "ar", "x": xs[me].view(13, 7).clone(), "view": "transposed", "op": op},
+                                        _judge_after(want.view(13, 7), f"{tag} allreduce {op} of a transposed matrix"),
+                                        fn="allreduce", m=-(-n // p), itemsize=4, n=n, dtype=torch.float32))
     blocks = [rs, ag, ar]
     if nbytes.name is not None:
-        for n, dtype in ((1, torch.float32), (p + 1, torch.bfloat16), (1000 * p + 1, torch.int64),
-                         (4099, torch.float16)):
+        public = [(n, getattr(torch, DTYPES[i % len(DTYPES)])) for i, n in enumerate(PUBLIC_SIZES)]  # n = 0: silent
+        for n, dtype in [(1, torch.float32), (p + 1, torch.bfloat16), (1000 * p + 1, torch.int64),
+                         (4099, torch.float16)] + public:
             itemsize = torch.empty(0, dtype=dtype).element_size()
             for rank in members:
                 nbytes.calls[rank].append(_Call({"fn": "ar", "x": _input(seed, tag + "/bytes", rank, n, dtype)},
@@ -418,7 +426,7 @@ def _traffic(record, call: _Call, rank: int, members: list[int]) -> None:
     and at least the ring's volume (exactly its volume, recorded as 2(p-1) messages, for the byte
     check). A sum obtained without moving the data, or by sending to everyone, fails here."""
     p, me = len(members), members.index(rank)
-    if p == 1 or call.m == 0:
+    if p == 1 or (call.m == 0 and not call.exact_bytes):  # exact: n = 0 sends and records nothing
         return
     nxt, prev = members[(me + 1) % p], members[(me - 1) % p]
     messages = record.get("messages") or []
@@ -428,7 +436,7 @@ def _traffic(record, call: _Call, rank: int, members: list[int]) -> None:
         assert peer == partner, (f"{where}: dist.{kind} with rank {peer}; on the ring of ranks {members} rank {rank} "
                                  f"{direction} rank {partner}")
     sent = sum(nbytes for kind, _, nbytes in messages if kind in ("isend", "send"))
-    steps = (2 if call.fn == "allreduce" else 1) * (p - 1)
+    steps = (2 if call.fn == "allreduce" else 1) * (p - 1) if call.m else 0
     want = steps * call.m * call.itemsize
     if call.exact_bytes:
         assert sent == want, (f"{where}: isend carried {sent} bytes, the ring sends exactly "
@@ -526,7 +534,7 @@ def group_p3(ctx):
     """All correctness checks in one start of 3 ranks: the whole world (hidden sizes), then a
     subgroup {0, 2} whose ring skips rank 1 (p = 2: send and receive partner are the same rank)."""
     seed, world = _seed(), [0, 1, 2]
-    sizes = sorted(set(checks.irregular_sizes(3)) | {random.Random(seed).randint(5000, 20000)})
+    sizes = sorted(set(checks.irregular_sizes(3)) | set(PUBLIC_SIZES) | {random.Random(seed).randint(5000, 20000)})
     blocks = _blocks(seed, world, 0, sizes, "p=3", (C_RS, C_AG, C_AR, C_BYTES))
     blocks += _blocks(seed, [0, 2], 1, [0, 1, 2, 3, 1021], "subgroup {0,2}", (C_RS2, C_AG2, C_AR2, None))
     per_rank = [[[b.label, b.group_index, [c.call for c in b.calls[rank]]] for b in blocks if rank in b.members]

@@ -144,6 +144,14 @@ MANIFEST = Manifest(
                  "actions += [Action(r, B, i), Action(r, F, warmup + i)]"), groups=("pure",),
                 expect={"1F1B is valid with bubble (p-1)/(m+p-1) and peak in-flight p-r on hidden (p, m)": "failed",
                         "interleaved is valid with bubble (p-1)/(vm+p-1) on hidden (p, m, v)": "passed"}),
+        # issue 27: m = p - 1, the public test's boundary, passed the hidden m = p - 2 before
+        Planted("1F1B accepts m = p - 1 (checks m < p - 1)", S,
+                ('    _check_sizes("one_f_one_b", p, m, needs_m_ge_p=True)\n',
+                 '    _check_sizes("one_f_one_b", p, m)\n    if m < p - 1:\n'
+                 '        raise ValueError(f"one_f_one_b: needs m >= p microbatches, got m={m} < p={p}")\n'),
+                groups=("pure",),
+                expect={"1F1B rejects m < p with a ValueError": "failed",
+                        "1F1B is valid with bubble (p-1)/(m+p-1) and peak in-flight p-r on hidden (p, m)": "passed"}),
         Planted("1F1B forgets its cool-down backwards", S,
                 ("actions += [Action(r, B, i) for i in range(m - warmup, m)]", "actions += []"), groups=("pure",),
                 expect={"1F1B is valid with bubble (p-1)/(m+p-1) and peak in-flight p-r on hidden (p, m)": "failed",
@@ -233,13 +241,26 @@ class _Student:
 
 # ---------------------------------------------------------------- tasks 4.1 - 4.3 (pure functions)
 
+# the public tests' sizes (assignments/a4_pipeline/tests/): every one runs here too (issue 27)
+PUBLIC_1F1B = [(3, 4), (2, 2), (3, 7), (4, 8), (5, 5)]
+PUBLIC_INTERLEAVED = [(2, 4, 2), (3, 6, 3), (4, 4, 2)]
+PUBLIC_DEADLOCK = {0: "F0 B0 F1 F2 B1 F3 B2 B3", 1: "F0 F1 B0 F2 B1 F3 B2 B3", 2: "F0 B0 F1 B1 F2 B2 F3 B3"}
+PUBLIC_OUT_OF_ORDER = {0: "F0 F1 B0 F2 B1 B2", 1: "F1 B1 F0 B0 F2 B2"}
+
+
+def _table(rows: dict[int, str]) -> dict:
+    """{rank: "F0 F1 B0"} -> a schedule of library Actions on each rank's own stage."""
+    from scaletrain.pipeline import Action
+    return {r: [Action(r, t[0], int(t[1:])) for t in text.split()] for r, text in rows.items()}
+
+
 def _hidden_sizes(rng: random.Random) -> list[tuple[int, int]]:
-    sizes = [(1, 1), (2, 2), (3, 3), (2, 5), (4, 9), (5, 6), (6, 13)]
+    sizes = list(dict.fromkeys([(1, 1), (2, 2), (3, 3), (2, 5), (4, 9), (5, 6), (6, 13)] + PUBLIC_1F1B))
     return sizes + [(p, p + rng.randrange(0, 3 * p)) for p in (rng.randint(3, 8) for _ in range(4))]
 
 
 def _hidden_interleaved(rng: random.Random) -> list[tuple[int, int, int]]:
-    cases = [(1, 2, 2), (2, 2, 2), (2, 6, 3), (3, 3, 2), (4, 8, 2), (3, 9, 4)]
+    cases = [(1, 2, 2), (2, 2, 2), (2, 6, 3), (3, 3, 2), (4, 8, 2), (3, 9, 4)] + PUBLIC_INTERLEAVED
     return cases + [(p, p * rng.randint(1, 3), rng.randint(2, 4)) for p in (rng.randint(2, 6) for _ in range(3))]
 
 
@@ -333,7 +354,8 @@ def group_pure(ctx):
         for p, m in sizes:
             _assert_same_order(_generated(student, "one_f_one_b", p, m), one_f_one_b(p, m), f"one_f_one_b({p}, {m})")
     with ctx.check("1F1B rejects m < p with a ValueError"):
-        _expect_value_error(student, "one_f_one_b", 5, 3)
+        for p, m in ((5, 3), (4, 3)):  # m = p - 1: the public test's boundary
+            _expect_value_error(student, "one_f_one_b", p, m)
     with ctx.check("interleaved is valid with bubble (p-1)/(vm+p-1) on hidden (p, m, v)"):
         _check_generator(student, "interleaved_1f1b", inter, lambda p, m, v: (p - 1) / (v * m + p - 1))
     with ctx.check("interleaved holds no more in flight than Megatron's order"):
@@ -460,11 +482,29 @@ def _out_of_order_line(exc) -> str:
     return line.strip().split(" (action #")[0]
 
 
+def _public_deadlock(student: _Student) -> None:
+    """The public test's deadlock (p = 3, m = 4): the lowest stalled rank and action, and the
+    lines of ranks 0 and 1 (the two waiting on each other), as the reference words them."""
+    from scaletrain.pipeline import ScheduleError, validate
+    schedule = _table(PUBLIC_DEADLOCK)
+    try:
+        validate(schedule, 3, 4, 1)
+    except ScheduleError as exc:
+        ref = exc
+    else:
+        raise RuntimeError("suite bug: the public test's deadlock validates")
+    lines = [x.strip().split(" (action #")[0] for x in str(ref).splitlines() if " stalls at " in x]
+    out = student.call("validate", "pp_validate", _as_data(schedule), 3, 4, 1)
+    for line in lines[:2]:
+        _assert_reported(out, 3, 4, 1, ref.rank, ref.action, line)
+
+
 def _group_validate(ctx, student: _Student, rng: random.Random):
-    from scaletrain.pipeline import Action, ScheduleError, gpipe, interleaved_1f1b, one_f_one_b, validate, zb_h1
+    from scaletrain.pipeline import ScheduleError, gpipe, interleaved_1f1b, one_f_one_b, validate, zb_h1
     deadlocks, swaps = _hidden_deadlocks(rng), _hidden_channel_swaps(rng)
     with ctx.check("dry run accepts every valid schedule"):
-        valid = [(gpipe(3, 5), 3, 5, 1), (one_f_one_b(4, 6), 4, 6, 1), (zb_h1(5, 7), 5, 7, 1),
+        valid = [(gpipe(3, 5), 3, 5, 1), (gpipe(3, 4), 3, 4, 1), (one_f_one_b(4, 6), 4, 6, 1),
+                 (zb_h1(5, 7), 5, 7, 1),
                  (interleaved_1f1b(2, 6, 3), 2, 6, 3), (interleaved_1f1b(4, 4, 2), 4, 4, 2),
                  ({r: acts[:3] + acts[3:][::-1] for r, acts in gpipe(2, 3).items()}, 2, 3, 1),
                  (_hidden_valid(rng, one_f_one_b(3, 5)), 3, 5, 1), (_hidden_valid(rng, zb_h1(3, 4)), 3, 4, 1)]
@@ -476,11 +516,11 @@ def _group_validate(ctx, student: _Student, rng: random.Random):
         for schedule, p, m, v, rank, action in deadlocks:
             out = student.call("validate", "pp_validate", _as_data(schedule), p, m, v)
             _assert_reported(out, p, m, v, rank, action)
+        _public_deadlock(student)
     with ctx.check("dry run enforces the order of messages on a channel"):
         # rank 1 runs microbatch 1 first while rank 0 sends microbatch 0 first (cf. torch's printable 1F1B),
         # then hidden ones: two adjacent receives from one rank swapped
-        rows = {0: "F0 F1 B0 F2 B1 B2", 1: "F1 B1 F0 B0 F2 B2"}
-        public = {r: [Action(r, t[0], int(t[1:])) for t in text.split()] for r, text in rows.items()}
+        public = _table(PUBLIC_OUT_OF_ORDER)
         try:
             validate(public, 2, 3, 1)
         except ScheduleError as exc:

@@ -121,6 +121,11 @@ MANIFEST = Manifest(
                 ("                self.scale = grown\n            self.growth_tracker = 0\n",
                  "                self.scale = grown\n"),
                 groups=("scaler",), expect={C_SCALE: "failed", C_ODD: "failed"}),
+        # issue 27: the counter's boundary, which the public test exercises (growth_interval = 3)
+        Planted("the scale grows one clean step late (> growth_interval for ==)", LS,
+                ("        if self.growth_tracker == self.growth_interval:\n",
+                 "        if self.growth_tracker > self.growth_interval:\n"),
+                groups=("scaler",), expect={C_SCALE: "failed", C_ODD: "failed", C_SKIP: "passed"}),
         Planted("growth not rounded to float32 (python float products)", LS,
                 ("            grown = to_float32(self.scale * self.growth_factor)\n",
                  "            grown = self.scale * self.growth_factor\n"),
@@ -159,6 +164,12 @@ MANIFEST = Manifest(
 )
 
 TRIALS = 8
+# the public tests' cases (assignments/a7_memory/tests/): each runs here too (issue 27)
+PUBLIC_SCALER = (dict(init_scale=1024.0, growth_factor=2.0, backoff_factor=0.5, growth_interval=3),
+                 [bool(b) for b in (0, 0, 0, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0)])
+PUBLIC_BLOCK = ({"kind": "block", "config": dict(n_embd=12, n_head=3, dropout=0.3)}, [(2, 7, 12)])
+PUBLIC_CHAIN = dict(input_bytes=(3, 5, 5, 5, 2), tape_bytes=(8, 20, 20, 20, 9),
+                    saves_input=(True, True, True, True, False), forward_s=(1, 3, 3, 3, 1), backward_s=(2, 6, 6, 6, 1))
 
 
 # ---------------------------------------------------------------- task 7.1
@@ -192,6 +203,8 @@ def _compare_trajectory(got, want, settings: dict, overflows: list[bool]) -> Non
 
 
 def _scaler_trials(salt: int, odd: bool):
+    if not odd:
+        yield PUBLIC_SCALER
     for seed in checks.trial_seeds(TRIALS, salt=salt):
         rng = random.Random(seed)
         if odd:
@@ -312,9 +325,10 @@ def _equal(got, want, what: str) -> None:
 
 
 def _checkpoint_cases(ctx, salt: int, dropout: bool):
-    for seed in checks.trial_seeds(2, salt=salt):
+    for k, seed in enumerate(checks.trial_seeds(2, salt=salt)):
         rng = random.Random(seed)
-        for spec, shapes in _block_specs(rng, dropout):
+        public = [PUBLIC_BLOCK] if dropout and k == 0 else []
+        for spec, shapes in _block_specs(rng, dropout) + public:
             inputs = _inputs(spec, shapes, seed)
             want = _reference_checkpoint(spec, inputs, seed % 10_000)
             got = ctx.untrusted().call(PROBE + "checkpoint_run", "checkpoint_function", spec, inputs, seed % 10_000)
@@ -374,6 +388,7 @@ def _fields(chain) -> dict:
 def _planner_cases(salt: int, tight: bool):
     """(chain, budget) pairs: budgets between the lowest peak and plain backpropagation's (tight:
     the lowest peak itself and just above it), so the search itself is exercised."""
+    from scaletrain.checkpointing.chain import Chain
     from scaletrain.checkpointing.planner import min_peak, store_all_peak
 
     cases = []
@@ -383,7 +398,9 @@ def _planner_cases(salt: int, tight: bool):
         lo, hi = min_peak(chain), store_all_peak(chain)
         picks = [lo, lo + (hi - lo) // 50] if tight else [rng.randint(lo, max(lo, hi - 1)) for _ in range(3)]
         cases += [(chain, budget) for budget in picks]
-    return cases
+    chain = Chain(**PUBLIC_CHAIN)  # the public test's: every third budget from the lowest peak up
+    lo, hi = min_peak(chain), store_all_peak(chain)
+    return cases + [(chain, b) for b in ([lo] if tight else range(lo, hi + 1, 3))]
 
 
 def _answer(answer, chain, budget: int, label: str):
@@ -423,7 +440,8 @@ def group_planner(ctx):
             label = f"plan_rotor({chain}, budget={budget})"
             got = _answer(answer, chain, budget, label)
             assert got.peak_bytes <= budget, f"{label}: the plan's peak is {got.peak_bytes} B, over the budget"
-        impossible = [(chain, min_peak(chain) - 1) for chain, _ in cases[::2] if min_peak(chain) > 0]
+        chains = list(dict.fromkeys(chain for chain, _ in cases))  # each once, the public test's included
+        impossible = [(chain, min_peak(chain) - 1) for chain in chains if min_peak(chain) > 0]
         for (chain, budget), answer in zip(impossible, ask(impossible)):
             assert "value_error" in answer, (f"plan_rotor({chain}, budget={budget}): no plan fits (the lowest peak is "
                                              f"{budget + 1} B), expected a ValueError, got {answer}")
