@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from scaletrain.student_code import REPO, STUDENT_MODULES, _resolve
+from scaletrain import student_code
+from scaletrain.student_code import REPO, STUDENT_KERNELS, STUDENT_MODULES, _resolve
 
 PY = textwrap.dedent("""
     if __name__ == "__main__":
@@ -41,6 +42,9 @@ def test_table_matches_the_manifests():
     for stem in ("ring", "dp_bucket", "dp_data_parallel", "pp_schedules", "pp_validate", "pp_executor",
                  "zero_engine"):
         assert stem in STUDENT_MODULES
+    triton_files = {Path(stem).stem: m.folder for m in all_manifests().values() for stem, src in m.files.items()
+                    if src.startswith("kernels/") and src.endswith("_triton.py")}
+    assert STUDENT_KERNELS == triton_files
 
 
 def test_resolve(tmp_path):
@@ -74,3 +78,27 @@ def test_reference_leaves_the_library_alone(monkeypatch):
     ring = implementation("ring", "reference", announce=False)
     assert Path(ring.__file__).resolve() == REPO / "lib" / "scaletrain" / "comm" / "ring.py"
     assert IMPL_ENV not in __import__("os").environ
+
+
+def test_a_kernel_file_runs_the_chosen_copy(monkeypatch):
+    """`implementation("softmax_triton", folder)`: scaletrain.ops loads the folder's kernel file."""
+    monkeypatch.delenv(student_code.IMPL_ENV, raising=False)
+    folder = REPO / "solutions" / "a1_kernels"
+    chosen = student_code.implementation("softmax_triton", str(folder), announce=False)
+    assert chosen == folder / "softmax_triton.py"
+    assert student_code.kernel_file(REPO / "kernels" / "softmax_triton.py") == chosen
+    assert student_code.kernel_file(REPO / "kernels" / "layer_norm_triton.py") == REPO / "kernels" / "layer_norm_triton.py"
+
+
+def test_needs_skips_a_demo_of_an_open_assignment_on_reference_only(monkeypatch, tmp_path, capsys):
+    """In a student repository (its release record) a demo of the open assignment with IMPL =
+    "reference" has no code to run: it says which task to implement first and skips."""
+    assert student_code.needs("3.1", "reference")  # the course repository: every reference is here
+    record = tmp_path / "student_release.json"
+    record.write_text('{"open": {"a3": "a3_data_parallel"}, "unreleased": {"a4": "a4_pipeline"}}')
+    monkeypatch.setattr(student_code, "RELEASE_RECORD", record)
+    assert not student_code.needs("3.1-3.3", "reference")
+    assert "implement tasks 3.1-3.3 first (set IMPL = 'student'" in capsys.readouterr().out
+    assert student_code.needs("3.2", "student") and student_code.needs("2.1", "reference")
+    assert not student_code.needs("4.1", "student")
+    assert "not released yet" in capsys.readouterr().out

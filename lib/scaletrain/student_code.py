@@ -70,6 +70,14 @@ STUDENT_MODULES = {
     "plan_time": ("scaletrain.plan.time_model", "a9_planning"),
     "plan_search": ("scaletrain.plan.layouts", "a9_planning"),
 }
+# Triton kernel files, which scaletrain.ops loads by path from kernels/ (`kernel_file`), not imports:
+# stem -> assignment folder (tests/test_notebook_impl.py checks these against the manifests too)
+STUDENT_KERNELS = {
+    "softmax_triton": "a1_kernels",
+    "layer_norm_triton": "a1_kernels",
+    "attention_triton": "a1b_attention",
+    "cross_entropy_triton": "a1b_attention",
+}
 IMPL_ENV = "SCALETRAIN_STUDENT_FILES"  # JSON {library module: student file}; inherited by spawned ranks
 
 
@@ -106,11 +114,9 @@ def install_finder() -> None:
 
 def _resolve(stem: str, impl: str) -> Path | None:
     """The student file that `impl` names for `stem`, or None for the library's own module."""
-    if stem not in STUDENT_MODULES:
-        raise ValueError(f"{stem!r} is not a student file; known: {', '.join(STUDENT_MODULES)}")
+    folder = _folder(stem)
     if impl == "reference":
         return None
-    folder = STUDENT_MODULES[stem][1]
     if impl == "student":
         return student_file(folder, f"{stem}.py")
     path = Path(impl).expanduser().resolve() / f"{stem}.py"
@@ -120,6 +126,29 @@ def _resolve(stem: str, impl: str) -> Path | None:
     return path
 
 
+def _folder(stem: str) -> str:
+    """The assignment folder of a student file's stem; ValueError for anything else."""
+    if stem in STUDENT_MODULES:
+        return STUDENT_MODULES[stem][1]
+    if stem in STUDENT_KERNELS:
+        return STUDENT_KERNELS[stem]
+    raise ValueError(f"{stem!r} is not a student file; known: {', '.join([*STUDENT_MODULES, *STUDENT_KERNELS])}")
+
+
+def _key(stem: str) -> str:
+    """Where a choice is recorded in $SCALETRAIN_STUDENT_FILES: the library module's name, or
+    "kernels/<stem>.py" for a kernel file (no module name can look like that)."""
+    return STUDENT_MODULES[stem][0] if stem in STUDENT_MODULES else f"kernels/{stem}.py"
+
+
+def kernel_file(path: Path | str) -> Path:
+    """The kernel file scaletrain.ops loads for `path` (kernels/<name>.py): the student's copy
+    where a notebook chose one (`implementation("softmax_triton", "student")`), else `path`."""
+    path = Path(path)
+    chosen = _chosen().get(f"kernels/{path.name}")
+    return Path(chosen) if chosen and path.parent.resolve() == REPO / "kernels" else path
+
+
 def for_ranks(stem: str, impl: str) -> Path | None:
     """Ranks started from now on import `stem`'s library module from the file `impl` names (this
     process keeps the module it has: a benchmark that already imported the library can still time
@@ -127,58 +156,105 @@ def for_ranks(stem: str, impl: str) -> Path | None:
     file = _resolve(stem, impl)
     if file is not None:
         import json
-        os.environ[IMPL_ENV] = json.dumps({**_chosen(), STUDENT_MODULES[stem][0]: str(file)})
+        os.environ[IMPL_ENV] = json.dumps({**_chosen(), _key(stem): str(file)})
     return file
 
 
 def implementation(stems, impl: str = "reference", *, announce: bool = True):
     """The notebooks' switch: which code the demos run for the student files `stems` ("ring", or a
-    tuple such as ("dp_bucket", "dp_data_parallel")).
+    tuple such as ("dp_bucket", "dp_data_parallel"); kernel files too: "softmax_triton").
 
     `impl` is "reference" (the library as it is), "student" (your files in assignments/<folder>/,
     or in $AUTOGRADER_SUBMISSION), or a path to a submission folder holding the files. With a
     student file, the library module (e.g. `scaletrain.comm.ring`) is imported *from that file*, here
-    and in every rank started afterwards, so the demos' own imports run it. Call it in a notebook's
+    and in every rank started afterwards, so the demos' own imports run it; a kernel file is what
+    scaletrain.ops loads instead of kernels/<stem>.py (`kernel_file`). Call it in a notebook's
     first cell, before anything imports the library modules (else: restart the kernel). Prints one
-    line saying which implementation runs; returns the module (a tuple of modules for a tuple)."""
+    line saying which implementation runs; returns the module, or the kernel file's Path (a tuple
+    for a tuple)."""
     import importlib
-    import sys
     single = isinstance(stems, str)
     stems = (stems,) if single else tuple(stems)
     chosen = dict(_chosen())
-    files = {stem: _resolve(stem, impl) for stem in stems}
-    for stem, file in files.items():
-        name = STUDENT_MODULES[stem][0]
-        loaded = sys.modules.get(name)
-        wanted = str(file) if file else None
-        if loaded is not None and chosen.get(name) != wanted:
-            raise RuntimeError(f"{name} is already imported from {getattr(loaded, '__file__', '?')}: choose the "
-                               f"implementation in the notebook's first cell, then restart the kernel")
-        if file is None:
-            chosen.pop(name, None)
-        else:
-            chosen[name] = wanted
+    for stem in stems:
+        _choose(chosen, stem, _resolve(stem, impl))
     import json
     os.environ[IMPL_ENV] = json.dumps(chosen)
     if not chosen:
         del os.environ[IMPL_ENV]
     install_finder()
-    modules = tuple(importlib.import_module(STUDENT_MODULES[stem][0]) for stem in stems)
+    loaded = tuple(importlib.import_module(STUDENT_MODULES[stem][0]) if stem in STUDENT_MODULES
+                   else kernel_file(REPO / "kernels" / f"{stem}.py") for stem in stems)
     if announce:
-        print(describe(modules, impl))
-    return modules[0] if single else modules
+        missing = sorted({_folder(stem) for stem in stems} & set(missing_references().values()))
+        print(describe(loaded, impl) if impl != "reference" or not missing else
+              f"implementation ('reference'): this repository has no reference of {', '.join(missing)} (yours to "
+              f"write): the demos that need it say which task to implement first; IMPL = 'student' runs your files")
+    return loaded[0] if single else loaded
+
+
+def _choose(chosen: dict[str, str], stem: str, file: Path | None) -> None:
+    """Record in `chosen` that `stem` runs `file` (None: the library's own); refuse to switch a
+    module this process already imported from another file."""
+    import sys
+    key, wanted = _key(stem), (str(file) if file else None)
+    loaded = sys.modules.get(key)
+    if loaded is not None and chosen.get(key) != wanted:
+        raise RuntimeError(f"{key} is already imported from {getattr(loaded, '__file__', '?')}: choose the "
+                           f"implementation in the notebook's first cell, then restart the kernel")
+    if file is None:
+        chosen.pop(key, None)
+    else:
+        chosen[key] = wanted
 
 
 def describe(modules, impl: str) -> str:
-    """One line: which file each module runs."""
-    parts = []
+    """One line: which file each module (or kernel file) runs."""
+    parts, files = [], []
     for module in modules:
-        file = Path(module.__file__).resolve()
+        file = Path(module if isinstance(module, Path) else module.__file__).resolve()
+        name = f"kernels/{file.name}" if isinstance(module, Path) else module.__name__
         where = file.relative_to(REPO) if file.is_relative_to(REPO) else file
-        parts.append(f"{module.__name__} from {where}")
-    kind = ("the reference library" if all(Path(m.__file__).resolve().is_relative_to(REPO / "lib") for m in modules)
-            and impl == "reference" else "student code")
+        parts.append(f"{name} from {where}")
+        files.append(file)
+    library = all(f.is_relative_to(REPO / "lib") or f.is_relative_to(REPO / "kernels") for f in files)
+    kind = "the reference library" if library and impl == "reference" else "student code"
     return f"implementation ({impl!r}): {kind}: " + ", ".join(parts)
+
+
+# ---------------------------------------------------------------- demos of code not written yet
+
+RELEASE_RECORD = Path(__file__).with_name("student_release.json")  # written by `release --student` only
+
+
+def missing_references(state: str | None = None) -> dict[str, str]:
+    """Assignment ("a3") -> its folder, for each assignment whose reference this library lacks, in
+    `state` "open" (its modules run the student's files, stubs at first), "unreleased" (stubbed)
+    or either (None). A student repository records them; the course repository lacks none."""
+    if not RELEASE_RECORD.is_file():
+        return {}
+    import json
+    record = json.loads(RELEASE_RECORD.read_text())
+    return {a: f for s in ("open", "unreleased") if state in (None, s) for a, f in record[s].items()}
+
+
+def needs(tasks: str, impl: str = "reference") -> bool:
+    """Whether a notebook's demo that runs the code of `tasks` ("3.1", "3.2-3.3", "1b.1") can run:
+    True where the library holds that code, or where `impl` chose the student's files (then a
+    stub raises, as it should). False in a student repository with IMPL = "reference" while the
+    assignment is open: the library module there *is* the untouched stub, so the cell prints what
+    to do and skips its demo instead of stopping the lecture at NotImplementedError."""
+    assignment = "a" + tasks.split(".")[0]
+    label = f"tasks {tasks}" if "-" in tasks or "," in tasks else f"task {tasks}"
+    if assignment in missing_references("unreleased"):
+        print(f"This demo needs {label} of {assignment}, which is not released yet.")
+        return False
+    folder = missing_references("open").get(assignment)
+    if folder is None or impl != "reference":
+        return True
+    print(f"This demo needs {label}, yours to write in assignments/{folder}/: implement {label} first "
+          f"(set IMPL = 'student' in the first cell, restart the kernel).")
+    return False
 
 
 def module_file(rank: int, world_size: int, name: str) -> str:

@@ -34,9 +34,12 @@ def load_kernel_module(path: Path | str, *, name: str | None = None) -> ModuleTy
     """Import a kernel file by path, once per (path, interpreter on/off).
 
     Triton decides at decoration time whether a @triton.jit function is compiled or interpreted,
-    so a module imported before TRITON_INTERPRET=1 was set is loaded again under a new name.
+    so a module imported before TRITON_INTERPRET=1 was set is loaded again under a new name. A
+    file of kernels/ that a notebook pointed at the student's copy (`student_code.implementation`)
+    loads that copy instead, so the notebook's own calls run the student's kernel.
     """
-    return _load_kernel_module(str(Path(path).resolve()), name, triton_interpreter_on())
+    from scaletrain.student_code import kernel_file
+    return _load_kernel_module(str(kernel_file(path).resolve()), name, triton_interpreter_on())
 
 
 @functools.cache
