@@ -33,3 +33,18 @@ def test_public_tests_pass_on_the_solution():
                            "assignments/a3_data_parallel"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
+def test_the_public_tests_hand_3_2_and_3_3_the_references_buckets():
+    """The public tests of 3.2 and 3.3 give the student's DataParallel a bucket assignment as data,
+    as the grader does (so they pass whatever the state of 3.1): it must be the reference's."""
+    import ast
+
+    from scaletrain.dp.bucket import assign_buckets, bucket_cap_bytes
+    from scaletrain.models import GPT, GPTConfig
+
+    source = (A3.stub_dir() / "tests" / "test_a3_public.py").read_text()
+    given = {node.targets[0].id: ast.literal_eval(node.value) for node in ast.parse(source).body
+             if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") in ("REFERENCE_BUCKETS", "CAP_MB")}
+    params = list(GPT(GPTConfig()).parameters())
+    assert given["REFERENCE_BUCKETS"] == assign_buckets(params, bucket_cap_bytes(given["CAP_MB"], params))
