@@ -21,7 +21,7 @@ from pathlib import Path
 
 from autograder.checks import SUBMISSION_ENV
 from autograder.manifest import Manifest
-from autograder.release import ANSWERS_FILE, ANSWER_PROMPT
+from autograder.release import ANSWERS_FILE, ANSWER_PROMPT, written_questions
 
 PUBLIC_TIMEOUT_S = 900
 _TASK = re.compile(r"test_task(\d+)_(\d+)")
@@ -89,8 +89,22 @@ def public_table(m: Manifest, results: list[PublicResult]) -> str:
     counts = {o: sum(r.outcome == o for r in results) for o in ("passed", "failed", "error", "timeout", "not_run")}
     parts = ", ".join(f"{n} {o}" for o, n in counts.items() if n)
     lines.append(f"\n{m.assignment} public checks: {parts}. These are not your grade: the hidden suite "
-                 f"({m.max_score:g} points, hidden inputs, speed and anti-cheat checks) grades what you submit.")
+                 f"({hidden_suite(m)}) grades what you submit.")
     return "\n".join(lines)
+
+
+_SPEED = re.compile(r"\bspeed\b|\bfaster than\b", re.I)
+
+
+def hidden_suite(m: Manifest) -> str:
+    """What the hidden suite checks, as this assignment's checks say: a summary that promised
+    speed checks to a3, which has none, would send students hunting for them."""
+    kinds = ["hidden inputs"] + ["speed"] * any(_SPEED.search(c.name) for c in m.checks) \
+        + ["anti-cheat"] * bool(m.forbidden)
+    text = f"{m.max_score:g} points: " + (", ".join(kinds[:-1]) + " and " if len(kinds) > 1 else "") \
+        + kinds[-1] + " checks"
+    gpu = sum(c.points for g in m.groups if g.needs_gpu for c in g.checks)
+    return text + (f"; {gpu:g} of the points on a GPU" if gpu else "")
 
 
 # ---------------------------------------------------------------- submit
@@ -105,7 +119,7 @@ def stub_markers(m: Manifest) -> dict[str, tuple[str, ...]]:
     markers = {}
     for name in m.files:
         solution = set(generated[m.solution_dir() / name].splitlines())
-        stub = generated[m.stub_dir() / name].splitlines()
+        stub = generated[m.stub_dir() / name].splitlines()[1:]  # not the header: a student may keep it
         markers[name] = tuple(dict.fromkeys(line.strip() for line in stub if line.strip() and line not in solution))
     return markers
 
@@ -136,13 +150,28 @@ def submit(m: Manifest, submission: Path, out: Path) -> tuple[Path, list[str]]:
     files = [submission / name for name in m.files]
     if answers.is_file():
         files.append(answers)
-        if _unanswered(answers.read_text()):
-            warnings.append(f"{ANSWERS_FILE}: {_unanswered(answers.read_text())} question(s) have no answer yet")
+        warnings += _answer_warnings(m, answers.read_text())
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
         for path in files:
             z.write(path, arcname=path.name)
     return out, warnings
+
+
+def _answer_warnings(m: Manifest, text: str) -> list[str]:
+    """Questions of the handout missing from the answers file (deleted, or renumbered), and
+    questions with no answer: either way the staff would grade a blank."""
+    warnings = []
+    handout = m.stub_dir() / "README.md"
+    asked = len(written_questions(handout.read_text())) if handout.is_file() else 0
+    present = {int(n) for n in re.findall(r"^## Question (\d+)\s*$", text, flags=re.M)}
+    missing = [str(i) for i in range(1, asked + 1) if i not in present]
+    if missing:
+        warnings.append(f"{ANSWERS_FILE}: question(s) {', '.join(missing)} of the handout's {asked} are missing "
+                        f"(restore each as \"## Question N\" with your answer under it)")
+    if _unanswered(text):
+        warnings.append(f"{ANSWERS_FILE}: {_unanswered(text)} question(s) have no answer yet")
+    return warnings
 
 
 def _unanswered(text: str) -> int:

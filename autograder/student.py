@@ -9,13 +9,17 @@ What goes in (DESIGN.md, "Three audiences, three builds"):
       runs `assignments/<folder>/<file>` (`scaletrain.student_code`), so a3's DP uses the
       student's buckets and notebook 03 demos the student's code,
     - the stub, for kernels of an unsolved assignment and for assignments not released yet;
-- the public part of the autograder (public checks, `submit`, `list`), a student README and
-  Makefile. Not: solutions/, hidden suites, planted submissions, ANSWERS.md, the selftest,
-  the release/Gradescope/regrade tooling, CI.
+- the public part of the autograder (public checks, `submit`, `list`, the worker with the probes
+  of the released assignments), a student README and Makefile, and the release record the
+  notebooks read (`lib/scaletrain/student_release.json`: which assignments' references are absent).
+  Not: solutions/, hidden suites, planted submissions and the attacks on the grader they use,
+  probes of unreleased assignments, ANSWERS.md, the selftest, the release/Gradescope/regrade
+  tooling, CI.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shutil
@@ -27,9 +31,13 @@ from autograder.public import stub_markers
 from autograder.release import ANSWERS_FILE, COMMENT, ReleaseError, outputs, render
 
 TEMPLATES = Path(__file__).resolve().parent / "templates" / "student"
+PROBES = REPO / "autograder" / "probes"
 # the autograder's own modules ship (public checks, submit, the harness: nothing secret in them);
 # the hidden suites (autograder/suites/, a package) and these instructor tools stay behind
 INSTRUCTOR_ONLY = ("selftest.py", "student.py", "gradescope.py", "regrade.py", "gpu_check.py")
+# what the suites' trusted side imports and nothing a student or the sandboxed worker needs: the
+# attacks on the grader (a report forger among them) that the suites plant
+GRADER_ONLY = ("attacks.py",)
 SKIP_PARTS = {"__pycache__", ".ipynb_checkpoints"}
 
 
@@ -85,15 +93,25 @@ def _library_text(rel: str, owner: tuple[Manifest, str], plan: Plan) -> str:
     m, stub_name = owner
     state = plan.state(m.assignment)
     generated = outputs(m)
+    comment = COMMENT[Path(rel).suffix]
     if state == "solved":
-        return generated[m.solution_dir() / stub_name]
+        return _retitle(generated[m.solution_dir() / stub_name],
+                        f"{comment} The reference of {m.assignment} ({m.title}), released with its solutions.")
     if state == "open" and rel.startswith("lib/"):
         return _shim(m, stub_name)
     if state == "open":  # a kernel file: the library loads kernels/ itself; the stub says what to write
-        return generated[m.stub_dir() / stub_name]
-    path = REPO / rel
-    return render(path.read_text(), source=rel, comment=COMMENT[path.suffix], stub=True,
+        return _retitle(generated[m.stub_dir() / stub_name],
+                        f"{comment} {m.assignment}'s stub: you write this kernel in assignments/{m.folder}/{stub_name}; "
+                        f"its reference arrives with the {m.assignment} solutions.")
+    text = render((REPO / rel).read_text(), source=rel, comment=comment, stub=True,
                   message=lambda func: f"{m.assignment} ({m.title}) is not released yet: `{func}` arrives with it")
+    return _retitle(text, f"{comment} Part of {m.assignment} ({m.title}), not released yet: its graded parts are stubs.")
+
+
+def _retitle(text: str, first_line: str) -> str:
+    """`text` with its generated header (which names the course repository's source, and in the
+    student repository would name this very file) replaced by a line true where it ships."""
+    return first_line + "\n" + text.split("\n", 1)[1]
 
 
 def repo_files(folder: Path):
@@ -119,10 +137,11 @@ def file_map(plan: Plan) -> dict[str, str | Path]:
         if course_order(path.name) <= last:
             files[f"notebooks/{path.name}"] = path
     for path in sorted((REPO / "autograder").glob("*.py")):
-        if path.name not in INSTRUCTOR_ONLY:
+        if path.name not in INSTRUCTOR_ONLY + GRADER_ONLY:
             files[f"autograder/{path.name}"] = path
-    for path in repo_files(REPO / "autograder" / "probes"):  # what the worker runs: public by design
+    for path in probe_files({m.folder for m in plan.released}):  # what the worker runs: public by design
         files[path.relative_to(REPO).as_posix()] = path
+    files["lib/scaletrain/student_release.json"] = _release_record(plan)
     files[f"autograder/{PUBLIC_MANIFEST.name}"] = json.dumps(
         {"solved": sorted(plan.solved),
          "assignments": [public_record(m, stub_markers(m)) for m in plan.released]}, indent=1) + "\n"
@@ -132,6 +151,42 @@ def file_map(plan: Plan) -> dict[str, str | Path]:
     files["Makefile"] = TEMPLATES / "Makefile"
     files["README.md"] = _student_readme(plan)
     return files
+
+
+def probe_files(folders: set[str]) -> list[Path]:
+    """The probe modules the sandboxed worker runs for these assignment folders: each one's own
+    probe, the package, `common` (`ctx.remote`'s default probe) and the probe modules they import.
+    Not the probes of other assignments: those name what the hidden checks of unreleased work do."""
+    wanted, todo = set(), ["__init__", "common", *sorted(folders)]
+    while todo:
+        name = todo.pop()
+        path = PROBES / f"{name}.py"
+        if name in wanted or not path.is_file():
+            continue
+        wanted.add(name)
+        todo += _probe_imports(path)
+    return [PROBES / f"{name}.py" for name in sorted(wanted)]
+
+
+def _probe_imports(path: Path) -> list[str]:
+    """The `autograder.probes.X` modules a probe file imports (X)."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module == "autograder.probes":
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("autograder.probes."):
+            names.append(node.module.split(".")[2])
+        elif isinstance(node, ast.Import):
+            names += [a.name.split(".")[2] for a in node.names if a.name.startswith("autograder.probes.")]
+    return names
+
+
+def _release_record(plan: Plan) -> str:
+    """`scaletrain.student_code.missing_references`' source: the assignments whose reference the
+    library lacks, so the notebooks skip a demo of the open assignment instead of running its stub."""
+    record = {state: {m.assignment: m.folder for m in all_manifests().values() if plan.state(m.assignment) == state}
+              for state in ("open", "unreleased")}
+    return json.dumps(record, indent=1) + "\n"
 
 
 def _student_pyproject() -> str:
@@ -154,7 +209,46 @@ def _student_readme(plan: Plan) -> str:
         rows.append(f"| {m.assignment} | {m.title} | `assignments/{m.folder}/` | `notebooks/{nb}` | "
                     f"{m.max_score:g} | {state} |")
     table = "\n".join(["| # | topic | folder | notebook | points | status |", "|---|---|---|---|---|---|", *rows])
-    return (TEMPLATES / "README.md").read_text().replace("{{ASSIGNMENTS}}", table)
+    m = plan.released[-1]  # the open one: an example on a solved assignment would edit a file nobody grades
+    first = m.tasks[0]
+    fields = {"ASSIGNMENTS": table, "A": m.assignment, "FOLDER": m.folder, "WORKFLOW": _workflow(m),
+              "FILES": ", ".join(f"`{name}`" for name in m.files), "MARK": _marker(first.id),
+              "YOURS": _yours(m)}
+    text = (TEMPLATES / "README.md").read_text()
+    for key, value in fields.items():
+        text = text.replace("{{" + key + "}}", value)
+    return text
+
+
+def _workflow(m: Manifest) -> str:
+    """The README's command block for assignment `m`, comments aligned."""
+    first = m.tasks[0]
+    rows = [(f"$EDITOR assignments/{m.folder}/{first.file}", "fill in the NotImplementedError parts"),
+            (f".venv/bin/pytest assignments/{m.folder} -m {_marker(first.id)}",
+             f"task {first.id}'s public tests"),
+            (f".venv/bin/python -m autograder grade {m.assignment}", "every public test, one row per test, by task"),
+            (f"$EDITOR assignments/{m.folder}/{ANSWERS_FILE}", "the written questions of the handout"),
+            (f".venv/bin/python -m autograder submit {m.assignment}", f"writes {m.assignment}_submission.zip: upload it")]
+    width = max(len(cmd) for cmd, _ in rows) + 2
+    return "\n".join(f"{cmd.ljust(width)}# {why}" for cmd, why in rows)
+
+
+def _marker(task_id: str) -> str:
+    """The pytest marker of a task ("3.1" -> "task3_1"), as the root conftest.py registers it."""
+    return f"task{task_id.replace('.', '_')}"
+
+
+def _yours(m: Manifest) -> str:
+    """How the library runs the student's files, said of `m`'s first library module; kernels
+    are files the notebooks load instead of kernels/ (`IMPL = "student"`)."""
+    module = next((src for src in m.files.values() if src.startswith("lib/") and src.endswith(".py")), None)
+    if module is None:
+        return (f"the kernels in `kernels/` are its stubs, and the notebooks run your files in "
+                f"`assignments/{m.folder}/` instead")
+    name = module[len("lib/"):-len(".py")].replace("/", ".")
+    stub = next(stub for stub, src in m.files.items() if src == module)
+    return (f"the library module it replaces runs *your* file (`{name}` is your "
+            f"`assignments/{m.folder}/{stub}`), so later tasks and the library's commands use your code")
 
 
 def build(out: Path, plan: Plan) -> dict[str, str | Path]:
@@ -171,8 +265,11 @@ def grading_build(assignment: str, out: Path) -> Path:
     repository's library, kernels and public autograder for that release, so the graded regions
     run the submission and nothing of their reference exists there. World-readable: the worker
     may run as another account."""
-    files = {rel: content for rel, content in file_map(make_plan(assignment)).items()
-             if rel.startswith(("lib/", "kernels/", "autograder/"))}
+    plan = make_plan(assignment)
+    probes = {p.relative_to(REPO).as_posix() for p in probe_files({plan.released[-1].folder})}
+    files = {rel: content for rel, content in file_map(plan).items()
+             if rel.startswith(("lib/", "kernels/", "autograder/"))
+             and (not rel.startswith("autograder/probes/") or rel in probes)}
     _write(out, files)
     for path in [out, *out.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)

@@ -5,7 +5,7 @@ tolerance means the same thing in each of them.
 
 Comparison. An absolute tolerance lets a wrong answer pass: softmax rows of 1000 entries hold
 values near 1e-3, so an all-zeros output is within atol=1e-2 of the truth (KernelBench's finding,
-ANCHORS.md). The error here is normwise:
+Ouyang et al. 2025). The error here is normwise:
     rel_error(a, e) = max |a - e| / max |e|
 so all zeros scores exactly 1.0 whatever the size, and `assert_close` passes when
     max |a - e| <= atol + rtol * max |e|.

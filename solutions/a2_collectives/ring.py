@@ -56,7 +56,7 @@ SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16,
 OPS = ("sum", "avg")
 # Task 2.4's design decision: the segment size and the sends in flight per link. Read at call time
 # (segment_bounds, the chunk loops), so `python -m scaletrain.bench allreduce --sweep` can set them.
-SEGMENT_BYTES = 4 << 20  # gloo uses 1 MiB; our 256 KiB took 1.5-3.5x gloo's time, 1 and 4 MiB tied (a2 ANSWERS.md 5)
+SEGMENT_BYTES = 4 << 20  # gloo uses 1 MiB; our 256 KiB took 1.5-3.5x gloo's time, 1 and 4 MiB tied (task 2.4's sweep, 2 runs)
 SENDS_IN_FLIGHT = 2  # segments sent but not yet waited on, per link (gloo: 2)
 GATHER_TAG = 1  # the all-gather's messages, kept apart from the reduce-scatter's (tag 0)
 

@@ -13,7 +13,8 @@ microbatch:
 
 Every generator here is a pure function of (p, m[, v]); `validate` checks any schedule and
 `simulate` times it. Bubble fractions (idle time / (p x makespan)), with t_f, t_b per action
-(seminar notes "Large-scale DL optimizations", section 1.2.3, equations 1-3, and ANCHORS.md):
+(seminar notes "Large-scale DL optimizations", section 1.2.3, equations 1-3; Narayanan et al. 2021;
+Qi et al. 2024):
 
     gpipe, one_f_one_b   (p - 1) / (m + p - 1)
     interleaved_1f1b     (p - 1) / (v*m + p - 1)

@@ -3,7 +3,8 @@
 Our ring allreduce vs `dist.all_reduce` (gloo on CPU, NCCL on GPU) vs the textbook ring (naive.py:
 one blocking exchange per step, fresh buffers) vs the naive reduce+broadcast,
 for float32 messages from 4 KiB to 64 MiB on p ranks; and our ring reduce-scatter vs the backend's
-`reduce_scatter_single` (gloo emulates it with a full allreduce, ANCHORS.md). The three allreduces
+`reduce_scatter_single` (gloo emulates it with a full allreduce: measured with torch 2.13, a plain
+Python ring reduce-scatter beat it 4.2x at p = 2 and 2.5x at p = 4, 8M floats). The three allreduces
 and the backend's are timed round-robin on fresh inputs, slowest rank per rep (bench.compare_many),
 so a row's three ratios divide by one backend measurement; the reduce-scatter is a second pair
 timed alternately against its own baseline (bench.compare). ratio = median of per-rep ratios
@@ -248,7 +249,7 @@ def latency_summary(p: int, nbytes: int, times: list[float]) -> dict[str, Any]:
             "stalled": f"{len(stalled) / len(times):.0%}", "stalled mean ms": statistics.fmean(stalled or [0.0]) * 1e3}
 
 
-# issue 16's speed target: the ring no slower than the backend's allreduce over this size range
+# the speed target the ring is held to: no slower than the backend's allreduce over this size range
 TARGET_SIZES, TARGET_RATIO = (256 << 10, 64 << 20), 1.0
 
 

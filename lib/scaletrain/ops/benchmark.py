@@ -5,7 +5,8 @@ lengths N, time every fused backend (cuda, triton) beside the naive composed PyT
 (naive.py) and torch's native op, the three timed round-robin (bench.compare_many: one call of
 each per rep, CUDA events, L2 flushed), so a row's two speedups share one measurement of the
 backend. Reported per row: median / p20 / p80 time, GB/s counted on the minimum traffic (2 numel
-for forwards, 3 numel for backwards: ANCHORS.md, the Triton tutorials' convention), % of the
+for forwards, 3 numel for backwards: the convention of the Triton tutorials' fused-softmax and
+layer-norm benchmarks), % of the
 device's peak DRAM bandwidth, and the speedups over naive and native (medians of per-pair
 ratios). Plot: GB/s vs N.
 

@@ -13,7 +13,7 @@ for an (M, N) input with fp32 storage (M-sized statistics and N-sized parameters
     than one tile are read twice (`looped=True`).  LayerNorm backward = the dx kernel
     (read x, dy; write dx) + the dw/db reduction (reads x, dy again), as torch's own kernel.
   * MINIMUM: every input read once, every output written once.  The benchmark's GB/s uses it
-    (the Triton tutorials' convention, ANCHORS.md: 2 numel for softmax and LayerNorm forward,
+    (the convention of the Triton tutorials' benchmarks: 2 numel for softmax and LayerNorm forward,
     3 numel for the backwards).
 """
 

@@ -6,7 +6,7 @@ that needs them, and waited on just before it runs; sends are `isend`s that the 
 wait for until the end of the step, so a send never blocks (the dry run in `validate` assumes
 exactly this). No tags: gloo and NCCL both match the messages of one (src, dst) pair in the order
 they were posted, which is the rule `validate` checks. `batch_isend_irecv` is avoided: it has a
-history of hangs on gloo (ANCHORS.md).
+history of hangs on gloo (seen again in the course's runs with torch 2.13).
 
 A message between two stages on the same rank (p = 1, or a test) never touches the network.
 

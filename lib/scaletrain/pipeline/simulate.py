@@ -8,7 +8,8 @@ t_f / v to compare against a v = 1 schedule of the same model.
     bubble fraction = 1 - (busy time summed over ranks) / (p * makespan)
 
 Closed forms it reproduces (seminar notes "Large-scale DL optimizations", section 1.2.3,
-equations 1-3; ANCHORS.md) are in `closed_form_bubble`.
+equations 1-3; Narayanan et al. 2021 for interleaving; Qi et al. 2024 for ZB-H1) are in
+`closed_form_bubble`.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ from scaletrain.zero.stages import stage_facts
 CFG = GPTConfig(vocab_size=256, block_size=64, n_layer=4, n_head=4, n_embd=128)
 QUICK_CFG = GPTConfig(vocab_size=256, block_size=32, n_layer=2, n_head=4, n_embd=64)
 BASELINE = "torch ZeRO-1+DDP"
-PREFETCH = "ours ZeRO-3 + prefetch"  # issue 16's target: within 1.3x of "ours ZeRO-1"
+PREFETCH = "ours ZeRO-3 + prefetch"  # the target we hold it to: within 1.3x of "ours ZeRO-1"
 PREFETCH_TARGET = 1.3
 ONE_UNIT = "ours ZeRO-3, one unit"  # the same bytes in 3 collectives a step, not 3 per block: what α costs
 LR = 1e-3
