@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 
-.PHONY: setup demo test selftest release gpu-check clean
+.PHONY: setup demo test deploy-test selftest release gpu-check clean
 
 setup: $(STAMP)
 
@@ -21,10 +21,16 @@ demo: setup
 	  code=$$?; if [ $$code -eq 3 ]; then echo "(GPU-only checks were not run: no CUDA device here)"; \
 	  elif [ $$code -ne 0 ]; then exit $$code; fi
 
-# Two pytest workers, one test file (or notebook) at a time each.
+# Two pytest workers, one test file (or notebook) at a time each. The deployments have their own target.
 test: setup
 	$(BIN)/python -m autograder release --check
-	$(BIN)/python -m pytest -n 2
+	$(BIN)/python -m pytest -n 2 --ignore=tests/deploy
+
+# The deployments as deployed (minutes; CI runs it after `make test`): a Gradescope package unzipped
+# at /autograder and installed by its own setup.sh (root: a private mount namespace), and a fresh
+# clone of the student repository set up by its own `make setup`, its notebooks run on the stubs.
+deploy-test: setup
+	$(BIN)/python -m pytest -n 0 -s tests/deploy
 
 selftest: setup
 	$(BIN)/python -m autograder selftest all

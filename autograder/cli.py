@@ -78,6 +78,17 @@ def submission_folder(m, submission: str | None, every: bool) -> Path:
     return root
 
 
+def _sandbox_choice(args) -> None:
+    """--unsafe-no-sandbox reaches every process the grader starts; without it, as root, an account
+    that can't run student code is an error here (exit 2), before anything is graded."""
+    from autograder import sandbox
+
+    if getattr(args, "unsafe_no_sandbox", False):
+        os.environ[sandbox.UNSAFE_ENV] = "1"
+        sandbox._account.cache_clear()
+    sandbox.worker_account()
+
+
 def _use_package(path: Path, assignment: str) -> str:
     """Grade as the package at `path` (its package.json) was built to: its seed, its grading build
     beside it; the visibility it gives the checks a suite keeps hidden."""
@@ -98,7 +109,8 @@ def cmd_grade(args) -> int:
     hidden_visibility = "visible"
     try:
         check_library_origin()
-        if args.package:
+        _sandbox_choice(args)
+        if getattr(args, "package", None):
             hidden_visibility = _use_package(Path(args.package), args.assignment)
         device = _device(args.device)
         manifests = list(all_manifests().values()) if args.assignment == "all" else [get_manifest(args.assignment)]
@@ -126,7 +138,7 @@ def cmd_grade(args) -> int:
         code = EXIT_HARNESS if broken else exit_code(results)
         if broken:
             print("error: the grader itself failed; please report this to the course staff", file=sys.stderr)
-    except (KeyError, UnusableSubmission, PackageError) as exc:
+    except (KeyError, UnusableSubmission, PackageError, sandbox.SandboxError) as exc:
         harness_error = str(exc).strip("'\"")
         print(f"error: {harness_error}", file=sys.stderr)
     except Exception as exc:  # noqa: BLE001 - report, never hide, a broken harness
@@ -137,9 +149,13 @@ def cmd_grade(args) -> int:
         payload = to_gradescope(results, device=device, elapsed=time.monotonic() - start, harness_error=harness_error,
                                 hidden_visibility=hidden_visibility)
         payload["output"] = "\n".join([payload["output"], *notes])
-        payload["extra_data"]["sandbox"] = sandbox.describe()
-        write_json(Path(args.json), payload)
-        print(f"wrote {args.json}", file=sys.stderr)
+        payload["extra_data"].update(sandbox=sandbox.describe(), unsafe_no_sandbox=sandbox.unsafe())
+        try:
+            write_json(Path(args.json), payload)
+            print(f"wrote {args.json}", file=sys.stderr)
+        except OSError as exc:
+            print(f"error: results not written: {exc}", file=sys.stderr)
+            code = EXIT_HARNESS
     return code
 
 
@@ -275,6 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
                                         "with 'all', the folder that holds the aN_topic folders)")
     g.add_argument("--json", default="results.json", help="where to write results (default: ./results.json)")
     g.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    g.add_argument("--unsafe-no-sandbox", action="store_true", help="(local use only) as root, run student code "
+                   "as root without capabilities where no unprivileged account can run it; results.json records it")
     g.add_argument("--package", metavar="PACKAGE_JSON", help="(grading packages) the package.json of an "
                    "unpacked Gradescope package: its seed, its grading build, its visibility of hidden checks")
     g.set_defaults(func=cmd_grade if hidden_suites_present() else cmd_public_grade)

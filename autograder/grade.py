@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import stat
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -40,22 +41,45 @@ def static_outcomes(manifest: Manifest, submission: Path) -> dict[str, tuple[str
     forbidden name. Every check of every task written in that file gets it."""
     decided: dict[str, tuple[str, str]] = {}
     for stub_name in manifest.files:
-        path = submission / stub_name
-        if not path.is_file():
-            verdict = ("error", f"{stub_name} is missing from {submission}")
-        else:
-            findings = check_source(path.read_text(errors="replace"), stub_name,
-                                    manifest.forbidden.get(stub_name, ()))
-            if not findings:
-                continue
-            f = findings[0]
-            outcome = "error" if f.kind == "syntax" else "flagged"
-            verdict = (outcome, f"{stub_name}:{f.line}: {f.message}")
+        verdict = _file_verdict(manifest, submission, stub_name)
+        if verdict is None:
+            continue
         tasks = {t.id for t in manifest.tasks if t.file == stub_name}
         for c in manifest.checks:
             if c.task in tasks:
                 decided[c.name] = verdict
     return decided
+
+
+def _file_verdict(manifest: Manifest, submission: Path, stub_name: str) -> tuple[str, str] | None:
+    """What a submitted file gets before anything runs, or None: missing, not a regular file (a link
+    to someone else's file, a FIFO), a syntax error, a forbidden name, or a file the static check
+    can't read (a 300,000-term expression: RecursionError), which is the file's fault, not the grader's."""
+    path = submission / stub_name
+    kind = _kind(path)
+    if kind is None:
+        return "error", f"{stub_name} is missing from {submission}"
+    if kind != "file":
+        return "error", f"{stub_name} is a {kind}, not a regular file: submit the file itself"
+    try:
+        findings = check_source(path.read_text(errors="replace"), stub_name, manifest.forbidden.get(stub_name, ()))
+    except Exception as exc:  # noqa: BLE001 - RecursionError, MemoryError...: caused by the file's text
+        return "error", f"{stub_name}: the grader could not parse this file ({type(exc).__name__}); simplify it"
+    if not findings:
+        return None
+    f = findings[0]
+    return ("error" if f.kind == "syntax" else "flagged"), f"{stub_name}:{f.line}: {f.message}"
+
+
+def _kind(path: Path) -> str | None:
+    """'file', or what else stands at `path` (never followed: a link is a 'symbolic link'); None if nothing."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    return next((name for test, name in ((stat.S_ISREG, "file"), (stat.S_ISLNK, "symbolic link"),
+                                         (stat.S_ISDIR, "folder"))
+                 if test(mode)), "special file")
 
 
 def ignored_files(manifest: Manifest, submission: Path) -> list[str]:
@@ -71,12 +95,17 @@ def _fresh_copy(manifest: Manifest, submission: Path, folder: Path) -> Path:
     fresh = folder / manifest.folder
     fresh.mkdir()
     for name in manifest.files:
-        if (submission / name).is_file():
-            shutil.copyfile(submission / name, fresh / name)
+        if _kind(submission / name) == "file":  # a link is never followed: its check is an error
+            with open(submission / name, "rb", opener=_no_follow) as src, open(fresh / name, "wb") as dst:
+                shutil.copyfileobj(src, dst)
             (fresh / name).chmod(0o644)
     for path in (folder, fresh):
         path.chmod(0o755)
     return fresh
+
+
+def _no_follow(path, flags):
+    return os.open(path, flags | os.O_NOFOLLOW)
 
 
 def grade_assignment(manifest: Manifest, submission: Path, device: str, *,

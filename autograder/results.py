@@ -15,6 +15,9 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
+import stat
+import tempfile
 from pathlib import Path
 
 from autograder.checks import grading_seed
@@ -92,13 +95,31 @@ def from_gradescope(payload: dict, manifest: Manifest) -> list[Result]:
     return results
 
 
+class UnsafeDestination(OSError):
+    """Something other than a regular file (a FIFO, a link, a folder) stands where results go."""
+
+
 def write_json(path: Path, payload: dict) -> None:
-    """Written whole or not at all (a temporary file renamed over `path`): an interrupted run never
-    leaves a truncated results.json that a resumed regrade would take for a finished one."""
+    """Written whole or not at all, never through what someone planted at `path`: the file is created
+    (O_EXCL | O_NOFOLLOW) in a new folder only this process can enter, next to `path`, then renamed
+    over it. An interrupted run never leaves a truncated results.json that a resumed regrade would
+    take for a finished one; a FIFO or a link at `path` is refused, not followed."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2) + "\n")
-    os.replace(tmp, path)
+    try:
+        kind = stat.S_IFMT(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        kind = stat.S_IFREG
+    if kind != stat.S_IFREG:
+        raise UnsafeDestination(f"{path} exists and is not a regular file: refusing to write results through it")
+    private = Path(tempfile.mkdtemp(prefix=".results-", dir=path.parent))  # mode 0700
+    try:
+        tmp = private / path.name
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(payload, indent=2) + "\n")
+        os.replace(tmp, path)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def summarize(results: list[Result]) -> str:

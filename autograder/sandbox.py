@@ -25,13 +25,16 @@ import platform
 import pwd
 import resource
 import signal
+import site
+import stat
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-USER_ENV = "AUTOGRADER_SANDBOX_USER"    # account groups run as when the grader is root; "none": don't switch
+USER_ENV = "AUTOGRADER_SANDBOX_USER"    # account groups run as when the grader is root (default nobody)
+UNSAFE_ENV = "AUTOGRADER_UNSAFE_NO_SANDBOX"  # "1": --unsafe-no-sandbox, student code may run as root
 AS_ENV = "AUTOGRADER_SANDBOX_AS_GIB"    # address space per process in GiB; 0: unlimited
 # A rank (torch + gloo, 4 ranks of a5) peaks at 1.4 GiB of virtual memory on a 2-core machine; glibc's
 # malloc arenas (8 per core) and thread stacks grow it with the core count, hence a wide margin.
@@ -141,34 +144,47 @@ def describe() -> str:
 def _account() -> tuple[pwd.struct_passwd | None, str]:
     """The account groups run as (None: the grader's own) and a description; decided once.
 
-    Only root can switch. $AUTOGRADER_SANDBOX_USER names the account ("none": don't switch).
-    Unset, `nobody` is used if it can start this interpreter and import the grader; if it can't
-    (a Python installed under a private home, e.g. /root/.pyenv), groups run as root and the
-    description says why. An account named explicitly that can't is an error, not a downgrade."""
+    Only root can switch, and as root student code never runs as root: $AUTOGRADER_SANDBOX_USER
+    names the account (default `nobody`), which must be able to start this interpreter, inside the
+    mount namespace a worker gets (`jail`: a Python under a private /root/.pyenv is made reachable
+    there). An account that can't, or `none`, is a configuration error (SandboxError, exit 2)
+    unless the instructor asked for --unsafe-no-sandbox: student code then runs as root without
+    capabilities, and results.json says so."""
     if os.geteuid() != 0:
         return None, f"groups run as the grader's own user (uid {os.geteuid()}): only root can switch"
-    name = os.environ.get(USER_ENV, "")
+    name = os.environ.get(USER_ENV, "") or "nobody"
     if name == "none":
-        return None, f"groups run as root: {USER_ENV}=none"
-    try:
-        account = pwd.getpwnam(name or "nobody")
-    except KeyError:
-        account, problem = None, f"there is no user {name or 'nobody'!r}"
+        problem = f"{USER_ENV}=none runs student code as root"
     else:
-        problem = _probe(account)
-    if problem is None:
-        return account, f"groups run as {account.pw_name} (uid {account.pw_uid})"
-    if name:
-        raise SandboxError(f"{USER_ENV}={name}: {problem}")
-    return None, f"groups run as root, not as a separate user: {problem}"
+        try:
+            account = pwd.getpwnam(name)
+        except KeyError:
+            account, problem = None, f"there is no user {name!r}"
+        else:
+            problem = _probe(account)
+        if problem is None:
+            return account, f"groups run as {account.pw_name} (uid {account.pw_uid})"
+    if unsafe():
+        return None, f"UNSAFE (--unsafe-no-sandbox): student code runs as root without capabilities; {problem}"
+    raise SandboxError(f"no unprivileged account to run student code: {problem}. Fix: make the interpreter "
+                       f"and its packages readable by {name!r}, or name another account in {USER_ENV}; "
+                       "for local use only, --unsafe-no-sandbox")
+
+
+def unsafe() -> bool:
+    """The instructor passed --unsafe-no-sandbox (the CLI sets this for every process it starts)."""
+    return os.environ.get(UNSAFE_ENV) == "1"
 
 
 def _probe(account: pwd.struct_passwd) -> str | None:
-    """None if `account` can start this interpreter and import the grader, else why not."""
-    what = f"user {account.pw_name} cannot run {sys.executable} with the grader"
+    """None if `account` can start this interpreter and import from its site-packages inside a
+    worker's jail (what a worker needs before it imports the grading build), else why not. Not the
+    grader itself: in a package the grader's source is root's alone, by design."""
+    what = f"user {account.pw_name} cannot run {sys.executable} with its packages"
+    ids, paths = (account.pw_uid, account.pw_gid), interpreter_paths()
     try:
-        proc = subprocess.run([sys.executable, "-c", "import autograder.runner"], cwd="/",
-                              user=account.pw_uid, group=account.pw_gid, extra_groups=[],
+        proc = subprocess.run([sys.executable, "-c", "import numpy"], cwd="/", env={"PATH": os.defpath},
+                              preexec_fn=lambda: jail(ids, expose=paths),
                               stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.SubprocessError) as exc:
         return f"{what} ({exc})"
@@ -215,16 +231,17 @@ def confine(box: Sandbox) -> None:
             resource.setrlimit(which, (value, value))
 
 
-def confine_worker(box: Sandbox, *, drop_root: bool, keep: str, repo: str) -> None:
-    """In a worker (autograder/untrusted.py), after its switch of account and before it runs
-    anything: the sandbox's limits; as root, the repository hidden (`keep`, the grading build,
-    excepted), no capabilities at all (the bounding set emptied, so exec grants none back) and no
-    way to gain privileges."""
+def confine_worker(box: Sandbox, *, account: tuple[int, int] | None, keep: str, repo: str,
+                   expose: list[str]) -> None:
+    """In a worker (autograder/untrusted.py), before it runs anything: its jail (as root: the
+    repository hidden, `keep`, the grading build, excepted; then `account`), the sandbox's limits,
+    no way to gain privileges. A root worker without an account (only under --unsafe-no-sandbox)
+    drops every capability: the bounding set emptied, so exec grants none back."""
+    jail(account, expose=expose, hide=(repo, keep))
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, check=False)  # after the switch, which clears it: dies with its keeper
     confine(box)
-    if drop_root and os.geteuid() == 0:
-        _hide_repository(Path(repo), Path(keep))
     _prctl(PR_SET_NO_NEW_PRIVS, 1, check=False)
-    if drop_root and os.geteuid() == 0:
+    if os.geteuid() == 0:
         for cap in range(64):
             _prctl(PR_CAPBSET_DROP, cap, check=False)
         header = (ctypes.c_uint32 * 2)(0x20080522, 0)      # _LINUX_CAPABILITY_VERSION_3, this process
@@ -234,16 +251,43 @@ def confine_worker(box: Sandbox, *, drop_root: bool, keep: str, repo: str) -> No
             os._exit(121)  # refuse to run student code as a privileged root
 
 
-def _hide_repository(repo: Path, keep: Path) -> None:
-    """As root, in a mount namespace of the worker's own: an empty read-only tmpfs over every
-    folder of the grader's repository and /dev/null over every file (the venv, which holds the
-    interpreter, and `keep`, the grading build, excepted), so the reference, solutions/ and the
-    suites can't be read from disk.
-    Best effort: where mounts are not allowed (a container without CAP_SYS_ADMIN, or the worker
-    already switched account) the files' permissions are the defence."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(CLONE_NEWNS) != 0 or libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+def jail(account: tuple[int, int] | None, *, expose: list[str], hide: tuple[str, str] | None = None) -> None:
+    """As root, in a child before it runs anything: a mount namespace of its own in which the
+    grader's repository is hidden (`hide`: the repository and the one folder of it to keep) and the
+    folders `expose` (the interpreter's) are reachable by `account`; then `account` (uid, gid), with
+    no supplementary groups. Where mounts are not allowed the files' permissions decide, as the
+    account probe that chose `account` found them enough. Not root: nothing to do."""
+    if os.geteuid() != 0 or (account is None and hide is None):
         return
+    if _private_namespace():
+        if hide is not None:
+            _hide_repository(Path(hide[0]), Path(hide[1]))
+        if account is not None:
+            _expose(expose)
+    if account is not None:
+        os.setgroups([])
+        os.setgid(account[1])
+        os.setuid(account[0])
+
+
+def interpreter_paths() -> list[str]:
+    """What a process of this interpreter reads before it imports anything of ours: its prefixes,
+    its executable's folder and its site-packages, as named (a venv reached through a link finds its
+    pyvenv.cfg there) and as real paths."""
+    named = {sys.base_prefix, sys.prefix, os.path.dirname(os.path.abspath(sys.executable)), *site.getsitepackages()}
+    return sorted(named | {os.path.realpath(p) for p in named})
+
+
+def _private_namespace() -> bool:
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.unshare(CLONE_NEWNS) == 0 and libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) == 0
+
+
+def _hide_repository(repo: Path, keep: Path) -> None:
+    """An empty read-only tmpfs over every folder of the grader's repository and /dev/null over every
+    file (the venv, which holds the interpreter, and `keep`, the grading build, excepted), so the
+    reference, solutions/ and the suites can't be read from disk."""
+    libc = ctypes.CDLL(None, use_errno=True)
     for entry in repo.iterdir():
         if entry.name == ".venv" or entry.is_symlink() or keep.is_relative_to(entry):
             continue
@@ -252,6 +296,38 @@ def _hide_repository(repo: Path, keep: Path) -> None:
             libc.mount(b"tmpfs", target, b"tmpfs", MS_RDONLY, b"size=4k")
         else:
             libc.mount(b"/dev/null", target, None, MS_BIND, None)
+
+
+def _closed_ancestor(path: str) -> str | None:
+    """The outermost folder on the way to `path` that other accounts can't enter (no o+x), if any."""
+    parts = Path(path).parts
+    for i in range(2, len(parts) + 1):
+        folder = os.path.join(*parts[:i])
+        try:
+            if not os.stat(folder).st_mode & stat.S_IXOTH:
+                return folder
+        except OSError:
+            return None
+    return None
+
+
+def _expose(paths: list[str]) -> None:
+    """Each of `paths` that lies below a folder other accounts can't enter (a Python installed under
+    a mode-700 /root) made reachable: an empty tmpfs over that folder, the path bound back into it
+    at its own place. Whatever else the folder held stays out of sight."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    closed: dict[str, list[str]] = {}
+    for path in sorted(paths, key=len):
+        folder = _closed_ancestor(path)
+        if folder is not None and not any(Path(path).is_relative_to(p) for p in closed.get(folder, [])):
+            closed.setdefault(folder, []).append(path)
+    for folder, inside in closed.items():
+        held = {path: os.open(path, os.O_PATH) for path in inside}  # before the tmpfs covers them
+        libc.mount(b"tmpfs", folder.encode(), b"tmpfs", 0, b"mode=0755,size=4k")
+        for path, fd in held.items():
+            os.makedirs(path, mode=0o755, exist_ok=True)
+            libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, MS_BIND | MS_REC, None)
+            os.close(fd)
 
 
 def child_env(box: Sandbox) -> dict[str, str]:
@@ -334,11 +410,16 @@ def guard(box: Sandbox, start) -> dict:
 
 def main(argv: list[str]) -> int:
     box = Sandbox(**json.loads(argv[0]))
-    account = {} if box.uid is None else {"user": box.uid, "group": box.gid, "extra_groups": []}
+    account = None if box.uid is None else (box.uid, box.gid)
+    paths = interpreter_paths()
+
+    def enter():  # the warden has no threads
+        jail(account, expose=paths)
+        confine(box)
+
     status = guard(box, lambda: subprocess.Popen(
         argv[1:], cwd=box.workdir, env=child_env(box), stdin=subprocess.DEVNULL,
-        stdout=sys.stderr.fileno(), stderr=subprocess.STDOUT,
-        preexec_fn=lambda: confine(box), **account))  # the warden has no threads
+        stdout=sys.stderr.fileno(), stderr=subprocess.STDOUT, preexec_fn=enter))
     print(json.dumps(status), flush=True)
     return 0
 

@@ -9,10 +9,10 @@ process:
 - it is a separate process started without the trusted side's file descriptors (the report
   channel among them), in a session and a work folder of its own, with the group's resource
   limits (`sandbox.confine`);
-- it runs as the sandbox account when the grader is root and that account can run Python
-  (Gradescope); otherwise, as root, with every capability dropped and no_new_privs set, so it
-  can neither read the trusted process's memory (that process is made non-dumpable) nor open its
-  file descriptors through /proc;
+- as root, it runs in a mount namespace of its own (the repository hidden, the interpreter's
+  folders reachable) as the sandbox account (`nobody`), which can neither signal the grader nor
+  write its files; only under --unsafe-no-sandbox does it stay root, with every capability
+  dropped and no_new_privs set (sandbox.jail, sandbox.confine_worker);
 - its Python starts with -S and a `sys.path` of the *grading build* (the library with the graded
   regions running the submission) and the third-party packages: the reference is not importable;
 - its environment has no grading seed: inputs arrive as data, expected values never exist there.
@@ -127,17 +127,20 @@ class Untrusted:
         box = sandbox.Sandbox(timeout_s=self.timeout_s, workdir=str(self._work),
                               cpu_s=int(self.timeout_s * (os.cpu_count() or 1) * 4) + 60,
                               address_space=sandbox.address_space(self.device))
-        confinement = dict(drop_root=account is None, keep=str(Path(os.environ[BUILD_ENV]).resolve()), repo=str(REPO))
+        build = str(Path(os.environ[BUILD_ENV]).resolve())
+        # what the worker reads: reachable by its account even below a folder it can't enter
+        expose = [*sandbox.interpreter_paths(), build, str(self.submission.resolve())]
+        confinement = dict(account=None if account is None else (account.pw_uid, account.pw_gid),
+                           keep=build, repo=str(REPO), expose=expose)
         with open(self._work / "worker.log", "wb") as log:
             if self.device == "cpu":
-                self._proc = _Kept.start(box, self._env(), account, confinement, (to_r, from_w, log.fileno()))
-            if self._proc is None:
+                self._proc = _Kept.start(box, self._env(), confinement, (to_r, from_w, log.fileno()))
+            if self._proc is None:  # the account is switched inside the jail, after its mounts
                 cmd = [sys.executable, "-S", "-m", "autograder.worker", str(to_r), str(from_w)]
-                user = {} if account is None else {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
                 self._proc = _Exec(subprocess.Popen(
                     cmd, pass_fds=(to_r, from_w), env=self._env(), cwd=self._work, stdin=subprocess.DEVNULL,
                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                    preexec_fn=lambda: sandbox.confine_worker(box, **confinement), **user))
+                    preexec_fn=lambda: sandbox.confine_worker(box, **confinement)))
         os.close(to_r)
         os.close(from_w)
 
@@ -205,7 +208,7 @@ class _Kept:
         self._code: int | None = None
 
     @classmethod
-    def start(cls, box, env, account, confinement, fds) -> _Kept | None:
+    def start(cls, box, env, confinement, fds) -> _Kept | None:
         """The worker, from the zygote this runner was given a client of; None without one."""
         if cls._client is None:
             if os.environ.get(zygote.WORKER_CLIENT_ENV) is None:
@@ -213,8 +216,7 @@ class _Kept:
             cls._client = socket.socket(fileno=int(os.environ.pop(zygote.WORKER_CLIENT_ENV)))
         control_r, control_w = os.pipe()
         status_r, status_w = os.pipe()
-        request = {"box": asdict(box), "env": env, "cwd": box.workdir, **confinement,
-                   "account": None if account is None else [account.pw_uid, account.pw_gid]}
+        request = {"box": asdict(box), "env": env, "cwd": box.workdir, "confinement": confinement}
         try:
             socket.send_fds(cls._client, [json.dumps(request).encode()], [*fds, control_r, status_w])
             keeper = int(cls._client.recv(64))

@@ -139,12 +139,9 @@ def _worker(request: dict, box: sandbox.Sandbox, to_r: int, from_w: int, log: in
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        if request["account"] is not None:
-            uid, gid = request["account"]
-            os.setgroups([])
-            os.setgid(gid)
-            os.setuid(uid)
-        sandbox.confine_worker(box, drop_root=request["drop_root"], keep=request["keep"], repo=request["repo"])
+        confinement = request["confinement"]
+        account = confinement["account"]
+        sandbox.confine_worker(box, **dict(confinement, account=None if account is None else tuple(account)))
         sandbox._prctl(sandbox.PR_SET_DUMPABLE, 1)  # as an exec'd worker: its /proc files its own
         sys.path[:] = [os.getcwd(), *filter(None, request["env"].get("PYTHONPATH", "").split(os.pathsep)), *base_path]
         for name in [m for m in sys.modules if m == "autograder" or m.startswith("autograder.")]:

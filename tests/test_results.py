@@ -3,6 +3,8 @@ console speaks the README's outcome names; times are passed through; `--device c
 GPU is a clear input error that still writes results.json."""
 
 import json
+import os
+import stat
 import subprocess
 import sys
 
@@ -10,7 +12,7 @@ import pytest
 import torch
 
 from autograder.manifest import Check
-from autograder.results import from_gradescope, summarize, table, to_gradescope, write_json
+from autograder.results import UnsafeDestination, from_gradescope, summarize, table, to_gradescope, write_json
 from autograder.runner import Result
 
 from toy_manifest import ADDS, FAST, MULTIPLIES, TOY  # tests/ is on sys.path
@@ -92,3 +94,21 @@ def test_device_cuda_without_gpu_is_an_input_error(tmp_path, command):
         assert "no CUDA device visible" in payload["extra_data"]["harness_error"] and payload["tests"] == []
     else:
         assert not (tmp_path / "class").exists()
+
+
+def test_results_are_never_written_through_a_planted_fifo_or_link(tmp_path):
+    """A FIFO (the grader would block or feed a reader) or a link (the grader would write where it
+    points) at the destination is refused; a regular file is replaced whole; no temporary is left."""
+    target = tmp_path / "elsewhere.json"
+    target.write_text("untouched")
+    fifo, link, plain = tmp_path / "fifo.json", tmp_path / "link.json", tmp_path / "plain.json"
+    os.mkfifo(fifo)
+    link.symlink_to(target)
+    plain.write_text("old")
+    for planted in (fifo, link):
+        with pytest.raises(UnsafeDestination, match="not a regular file"):
+            write_json(planted, {"score": 100})
+    assert target.read_text() == "untouched" and stat.S_ISFIFO(os.lstat(fifo).st_mode) and link.is_symlink()
+    write_json(plain, {"score": 1})
+    assert json.loads(plain.read_text()) == {"score": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere.json", "fifo.json", "link.json", "plain.json"]

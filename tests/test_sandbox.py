@@ -1,8 +1,11 @@
 """The sandbox's layers one by one, on shell commands (they run under any user, unlike the venv's
 Python): limits, work folder, time limit, clean-up of detached processes, the unprivileged user."""
 
+import json
 import os
 import pwd
+import subprocess
+import sys
 import re
 import shutil
 import signal
@@ -105,15 +108,43 @@ def test_runs_as_the_unprivileged_user(folder, marker, monkeypatch):
 
 
 @root_only
-def test_account_none_and_unknown(monkeypatch):
-    monkeypatch.setenv(sandbox.USER_ENV, "none")
-    sandbox._account.cache_clear()
+def test_no_usable_account_is_an_error_unless_unsafe_is_asked_for(monkeypatch):
+    """As root, student code never runs as root by default: `none` or an unknown account is a
+    configuration error naming the fix; only --unsafe-no-sandbox (its variable) allows it."""
     try:
-        assert sandbox.worker_account() is None and "none" in sandbox.describe()
-        monkeypatch.setenv(sandbox.USER_ENV, "no-such-user-here")
-        sandbox._account.cache_clear()
-        with pytest.raises(sandbox.SandboxError):
-            sandbox.worker_account()
-        assert "no user 'no-such-user-here'" in sandbox.describe()
+        for name, why in (("none", "runs student code as root"), ("no-such-user-here", "no user 'no-such-user-here'")):
+            monkeypatch.setenv(sandbox.USER_ENV, name)
+            monkeypatch.delenv(sandbox.UNSAFE_ENV, raising=False)
+            sandbox._account.cache_clear()
+            with pytest.raises(sandbox.SandboxError, match="--unsafe-no-sandbox"):
+                sandbox.worker_account()
+            assert why in sandbox.describe()
+            monkeypatch.setenv(sandbox.UNSAFE_ENV, "1")
+            sandbox._account.cache_clear()
+            assert sandbox.worker_account() is None and sandbox.describe().startswith("UNSAFE")
     finally:
+        monkeypatch.undo()
         sandbox._account.cache_clear()  # decided again, under the restored environment
+
+
+@root_only
+def test_nobody_runs_an_interpreter_it_could_not_reach(tmp_path):
+    """A Python under a mode-700 folder (pyenv under /root here) is reachable inside the jail: a
+    tmpfs over the closed folder with the interpreter bound back. The account is not root."""
+    sandbox._account.cache_clear()
+    account = sandbox.worker_account()
+    assert account is not None and account.pw_uid != 0, sandbox.describe()
+    closed = [p for p in sandbox.interpreter_paths() if sandbox._closed_ancestor(p)]
+    closed_folders = sorted({sandbox._closed_ancestor(p) for p in closed})
+    ids = (account.pw_uid, account.pw_gid)
+    shown = "sorted(os.listdir(d)) if os.access(d, os.R_OK) else None"
+    code = f"import json, os, numpy; print(json.dumps([os.getuid(), {{d: {shown} for d in {closed_folders!r}}}]))"
+    out = subprocess.run([sys.executable, "-c", code],
+                         preexec_fn=lambda: sandbox.jail(ids, expose=sandbox.interpreter_paths()), cwd="/",
+                         capture_output=True, text=True, timeout=60, env={"PATH": os.defpath})
+    assert out.returncode == 0, out.stderr
+    uid, listed = json.loads(out.stdout)
+    assert uid == account.pw_uid
+    for folder in closed_folders:  # only the way to the interpreter is there; the rest is out of sight
+        inside = {Path(p).relative_to(folder).parts[0] for p in closed if Path(p).is_relative_to(folder)}
+        assert set(listed[folder]) == inside, (folder, listed[folder])
