@@ -21,6 +21,7 @@ import random
 from autograder import checks
 from autograder.attacks import function_attacks
 from autograder.manifest import REPO, Check, Group, Manifest, Planted, Task
+from autograder.suites import sized
 from scaletrain.testing import assert_close
 
 F = "memory.py"
@@ -160,7 +161,7 @@ def _students_bytes_per_param(ref, mem):
     """The reference computing with the student's bytes_per_param answers (asked of the worker),
     so the expected ZeRO bytes follow from task 0.2 as the student wrote it."""
     original = ref.bytes_per_param
-    ref.bytes_per_param = lambda **kw: tuple(mem.bytes_per_param(**kw))
+    ref.bytes_per_param = lambda **kw: tuple(sized(mem.bytes_per_param(**kw), 3, f"bytes_per_param({kw})"))
     try:
         yield
     finally:
@@ -273,7 +274,8 @@ def group_measured(ctx):
         cfg = _tiny_configs()[0][0]
         n = sum(p.numel() for p in GPT(cfg).parameters())
         for optimizer in ref.OPTIMIZERS:
-            p, g, k = mem.bytes_per_param(precision="fp32", optimizer=optimizer)  # first: a stub fails fast
+            p, g, k = sized(mem.bytes_per_param(precision="fp32", optimizer=optimizer), 3,  # first: a stub fails fast
+                            f"bytes_per_param(precision='fp32', optimizer={optimizer!r})")
             measured = measure_training_step(GPT(cfg), batch_size=2, optimizer=optimizer)
             steps = 4 * measured.num_param_tensors if optimizer.startswith("adam") else 0  # Adam's `step` scalars
             for what, per_param, counted in (("params", p, measured.params), ("grads", g, measured.grads),

@@ -34,6 +34,7 @@ import zlib
 
 from autograder import checks
 from autograder.manifest import Check, Group, Manifest, Planted, Task
+from autograder.suites import sized
 
 RING = "ring.py"
 PROBE = "autograder.probes.a2_collectives:"
@@ -454,7 +455,7 @@ def _traffic(record, call: _Call, rank: int, members: list[int]) -> None:
 
 def _rank_problem(records: list, calls: list[_Call], rank: int, members: list[int]) -> Exception | None:
     """The first thing wrong on one rank: what a call raised, a wrong value, or wrong traffic."""
-    for record, call in zip(records, calls):
+    for record, call in zip(records[:len(calls)], calls[:len(records)], strict=True):
         raised = record.get("raised")
         if raised:
             kind, message, where = (str(x) for x in raised)
@@ -468,8 +469,8 @@ def _rank_problem(records: list, calls: list[_Call], rank: int, members: list[in
         except AssertionError as exc:
             message = str(exc)
             return AssertionError(message if message.startswith(("p=", "subgroup", "rank")) else f"rank {rank}: {message}")
-    if len(records) < len(calls):
-        return AssertionError(f"rank {rank} answered {len(records)} of {len(calls)} calls")
+    if len(records) != len(calls):  # issue 28: a short or long answer is a failure, not fewer checks
+        return AssertionError(f"rank {rank} answered {len(records)} calls, the check made {len(calls)}")
     return None
 
 
@@ -582,7 +583,7 @@ def _timing_input_verdict(answers, inputs, p: int, op: str, samples: list[dict])
     total = sum(x.double() for x in inputs).float()
     n = total.numel()
     m = -(-n // p)
-    for rank, got in enumerate(answers):
+    for rank, got in enumerate(sized(answers, p, "the ranks' answers for the timing input")):
         if not isinstance(got, dict):
             raise AssertionError(f"rank {rank} returned nothing for the timing input")
         if got.get("trapped"):
@@ -631,7 +632,7 @@ class _Timer:
         """Every timed call computed the sum of its fresh inputs: its values at hidden positions."""
         import torch
         m = -(-self.n // self.p)
-        for rank, answer in enumerate(got):
+        for rank, answer in enumerate(sized(got, self.p, "the ranks' answers for a timed batch")):
             results = answer.get("samples") if isinstance(answer, dict) else None
             if not isinstance(results, list) or len(results) != SPEED_REPS:
                 raise AssertionError(f"rank {rank} returned no results for the timed calls")
@@ -655,7 +656,7 @@ def _measure(timer: _Timer, op: str) -> tuple[float, float, float]:
             (student if kind == "student" else baseline).append(timer.batch(kind, op))
         overhead.append(timer.batch("gloo", "none"))
     o = statistics.median(overhead)
-    ratios = [max(s - o, 1e-6) / max(b - o, 0.25 * b) for s, b in zip(student, baseline)]
+    ratios = [max(s - o, 1e-6) / max(b - o, 0.25 * b) for s, b in zip(student, baseline, strict=True)]
     return statistics.median(ratios), quantile(ratios, 0.2), quantile(ratios, 0.8)
 
 

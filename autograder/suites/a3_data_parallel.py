@@ -292,7 +292,8 @@ def _check_cap(remote, specs, cap) -> None:
     want = _reference_assign()(_as_tensors(specs), cap)  # the reference first
     got = _call_assign(remote, specs, cap)
     size = lambda b: sum(_nbytes(specs[i]) for i in b)  # noqa: E731
-    assert all(0 <= i < len(specs) for b in got for i in b), f"cap {cap} B: an index outside 0..{len(specs) - 1}"
+    assert sorted(i for b in got for i in b) == list(range(len(specs))), (  # else the loops below check nothing
+        f"cap {cap} B: the buckets hold {sum(map(len, got))} indices, expected each of 0..{len(specs) - 1} once")
     for b in got:
         assert b, f"cap {cap} B: an empty bucket"
         assert len(b) == 1 or size(b) <= cap, f"cap {cap} B: bucket {b[:6]} holds {size(b)} B"
@@ -518,7 +519,7 @@ def _compare_grads(sc: Scenario, out: dict) -> None:
     grads = out["grads"]
     assert isinstance(grads, list) and len(grads) == len(sc.names), \
         f"{sc.what}: {len(grads) if isinstance(grads, list) else '?'} gradients for {len(sc.names)} parameters"
-    for name, g, r in zip(sc.names, grads, sc.ref):
+    for name, g, r in zip(sc.names, grads, sc.ref, strict=True):
         if name in sc.frozen:
             assert g is None, f"{sc.what}: {name} is frozen and got a .grad: it must not be synchronized"
             continue
@@ -596,6 +597,8 @@ def _verdict(name: str, scenarios: list[Scenario], results, rank: int):
     order: what a scenario raised in the worker, else what its outputs show."""
     try:
         assert isinstance(results, list), f"the ranks sent no outputs for {name!r}"
+        assert len(results) <= len(scenarios), (  # fewer: a scenario raised and ended the check (below)
+            f"{len(results)} outputs came back for {name!r}, which ran {len(scenarios)} scenarios")
         for i, sc in enumerate(scenarios):
             assert i < len(results) and isinstance(results[i], dict), f"{sc.what}: no outputs came back"
             if "raised" in results[i]:

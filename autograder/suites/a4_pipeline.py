@@ -734,7 +734,7 @@ def _judge(case: _Case, rank: int, out: dict) -> tuple[list[str], list[str]]:
             schedule_problems.append(f"{case.label}, rank {rank}: stage {s}'s parameters came back as "
                                      f"{[n for n, _ in got] if isinstance(got, list) else got!r:.200}")
             continue
-        for (name, grad), (_, ref) in zip(got, case.grads[s]):
+        for (name, grad), (_, ref) in zip(got, case.grads[s], strict=True):
             if grad is None:
                 schedule_problems.append(f"{case.label}, rank {rank}, stage {s}: {name}.grad is None after step()")
                 continue
@@ -754,8 +754,8 @@ def _judge(case: _Case, rank: int, out: dict) -> tuple[list[str], list[str]]:
         losses, m = out["losses"], len(case.losses)
         values = [float(v) if hasattr(v, "item") or type(v) in (int, float) else None
                   for v in losses] if isinstance(losses, list) else None
-        if values is None or len(values) != m or any(
-                a is None or not abs(a - b) <= 1e-5 * max(1.0, abs(b)) for a, b in zip(values, case.losses)):
+        if values is None or len(values) != m or any(a is None or not abs(a - b) <= 1e-5 * max(1.0, abs(b))
+                                                     for a, b in zip(values, case.losses, strict=True)):
             loss_problems.append(f"{case.label}, rank {rank}: step() returned {losses!r:.200}, expected the {m} "
                                  f"microbatch losses {[round(v, 6) for v in case.losses]}")
     if out["in_flight_after"] != 0:

@@ -39,6 +39,7 @@ from autograder import checks
 from autograder.attacks import IMPORTER, report_forger
 from autograder.manifest import Check, Group, Manifest, Planted, Task
 from autograder.pyparse import parse_python
+from autograder.suites import paired, sized
 
 ZF = "zero_engine.py"
 STEM = "zero_engine"
@@ -216,7 +217,7 @@ BYTES = (("h_gpt", "adamw"), ("h_groups", "sgd_momentum"))  # memory and bytes a
 EARLY = BYTES + (("h_gpt", "sgd_momentum"),)                  # stage 2's backward, sampled
 STEPS = 3
 BUCKET_CAP_MB = 0.002  # ~500 floats: the GPT gets several buckets at stages 0-2
-UNSHARD_M = (1, 2, 7, 1000)
+UNSHARD_M = (1, 2, 5, 7, 1000)  # 1 and 5: the public test's (issue 27)
 KIND = {"adamw": "adam", "sgd_momentum": "sgd_momentum"}  # scaletrain.memory's optimizer names
 
 
@@ -419,7 +420,8 @@ def _numel(shape) -> int:
 def _outputs(job: dict, per_rank: list) -> list:
     """The job's outputs of every rank that ran it (ranks < N), each complete: an answer with a
     step or a row missing fails rather than passing on what is there."""
-    outs = [per_rank[r][job["name"]]["ok"] for r in range(job["size"])]
+    ranks = sized(per_rank, P, "the ranks' answers")
+    outs = [ranks[r][job["name"]]["ok"] for r in range(job["size"])]
     for rank, out in enumerate(outs):
         if job["kind"] == "unshard":
             if len(out) != len(job["buffers"]):
@@ -451,9 +453,10 @@ def _verify_equal(job: dict, outs: list[dict], ref: _Reference) -> None:
         for rank, out in enumerate(outs):
             got = dict(out["steps"][step].get("params") or {})
             if job["stage"] == 3:  # the units' parameters are sharded: rebuilt from every rank's shards
+                shards = [sized(o["steps"][step].get("shards"), len(layout["units"]),
+                                f"{label} rank {r}: unit shards after step {step + 1}") for r, o in enumerate(outs)]
                 for i, unit in enumerate(layout["units"]):
-                    flat = _whole([o["steps"][step]["shards"][i] for o in outs], unit,
-                                  f"{label} shard of unit {i} after step {step + 1}")
+                    flat = _whole([row[i] for row in shards], unit, f"{label} shard of unit {i} after step {step + 1}")
                     got.update(_views(flat, unit))
             for name, want in expected.items():
                 if name not in got:
@@ -532,6 +535,10 @@ def _verify_early(job: dict, outs: list[dict], ref: _Reference) -> None:
             samples = record["samples"]
             if not samples or samples[-1]["phase"] != "end":
                 raise AssertionError(f"{at}: the backward was not sampled")
+            sampled = sorted(sample["at"] for sample in samples[:-1])
+            if sampled != sorted(numel):  # one sample after each parameter's gradient, or the evidence is partial
+                raise AssertionError(f"{at}: the backward was sampled after {len(sampled)} gradients, expected one "
+                                     f"after each of the {len(numel)} parameters' (keep every gradient hook)")
             for sample in samples[:-1]:
                 arrived.add(sample["at"])
                 done = [u for u in units if arrived.issuperset(u["names"])]
@@ -607,7 +614,7 @@ def _verify_stage3(job: dict, outs: list[dict], ref: _Reference) -> None:
 def _verify_unshard(job: dict, outs: list[dict], ref: _Reference) -> None:
     size = job["size"]
     for rank, rows in enumerate(outs):
-        for data, row in zip(job["buffers"], rows):
+        for row, data in paired(rows, job["buffers"], f"rank {rank}: unshard results, one per buffer"):
             m = data.numel() // size
             checks.assert_equal(row["view"], data, what=f"rank {rank}: unshard of a view, N={size}, m={m}")
             checks.assert_equal(row["separate"], data, what=f"rank {rank}: unshard of a separate shard, N={size}, m={m}")
@@ -659,13 +666,13 @@ def _shard_cases(seed: int):
     import torch
     gen = torch.Generator().manual_seed(seed)
     return [(torch.randn(size * m, generator=gen), rank, size)
-            for size, m in ((3, 5), (4, 2), (1, 7), (2, 1)) for rank in range(size)]
+            for size, m in ((3, 5), (4, 2), (1, 7), (2, 1), (3, 4)) for rank in range(size)]  # (3, 4): the public's
 
 
 def _verify_shards(cases, got) -> None:
     if not isinstance(got, list) or len(got) != len(cases):
         raise AssertionError("shard_of: the probe returned no answer per case")
-    for (full, rank, size), g in zip(cases, got):
+    for (full, rank, size), g in zip(cases, got, strict=True):
         m, call = full.numel() // size, f"shard_of(N={size}, r={rank})"
         if g.get("value") is None:
             raise AssertionError(f"{call} returned {g.get('type')}, expected a tensor")

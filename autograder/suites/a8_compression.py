@@ -37,6 +37,7 @@ import textwrap
 from autograder import checks
 from autograder.attacks import IMPORTER, report_forger
 from autograder.manifest import REPO, Check, Group, Manifest, Planted, Task
+from autograder.suites import paired, sized
 
 PS, OB, LB = "powersgd.py", "onebit.py", "lamb.py"
 SRC = {PS: "lib/scaletrain/compression/powersgd.py", OB: "lib/scaletrain/compression/onebit.py",
@@ -151,10 +152,21 @@ MANIFEST = Manifest(
                  ("            self.errors[index] = x - self.decompress(words, scales, n)\n", "            pass\n")),
                 groups=("onebit",),
                 expect={C_OB_BIAS: "failed", C_OB_STEP: "failed", C_OB_CODEC: "passed", C_OB_WIRE: "passed"}),
+        # issue 27: the last, shorter chunk (the public test's 5 elements in chunks of 3)
+        Planted("1-bit: the last, shorter chunk's mean divided by the full chunk size", OB,
+                ("        counts[-1] = n - c * (k - 1)\n", ""), groups=("onebit",),
+                expect={C_OB_CODEC: "failed", C_OB_STEP: "failed", C_OB_WIRE: "passed"}),
         Planted("LAMB is Adam: the trust ratio is recorded but not applied", LB,
                 (_LB_UPDATE, '                x.sub_(u * group["lr"])\n'), groups=("lamb",),
                 expect={C_LB_TRUST: "passed", C_LB_STEP: "failed", C_LB_LAYER: "failed"}),
         *_attacks(),
+        # issue 28: every loop over the worker's answer checked nothing (task 8.3 in full for a stub)
+        Planted("LAMB empties the caller's parameter list; its step is the stub", LB,
+                (("                                      bias_correction=bias_correction, max_trust=max_trust))\n",
+                  "                                      bias_correction=bias_correction, max_trust=max_trust))\n"
+                  "        if isinstance(params, list):\n            params.clear()  # every loop over it is empty\n"),
+                 (_LB_FIRST, "                raise NotImplementedError('a8 task 8.3')\n" + _LB_FIRST)),
+                groups=("lamb",), expect={c: "failed" for c in LB_CHECKS}),
         Planted("infinite loop in LAMB's step", LB, (_LB_FIRST, "                while True:\n"
                                                      "                    pass\n" + _LB_FIRST),
                 groups=("lamb",), timeout_s=10, expect={c: "timeout" for c in LB_CHECKS}),
@@ -182,14 +194,21 @@ def _close(actual, expected, what: str, rtol: float = RTOL) -> None:
 
 
 def _run(ctx, cases: list[dict]) -> list[list[dict]]:
-    """The probe on P ranks: per case, per rank, {"ok": {"steps": [...]}} or {"raised": [...]}."""
+    """The probe on P ranks: per case, per rank, {"ok": {"steps": [...]}} or {"raised": [...]}; an
+    answer not shaped so (P ranks, one entry per case) is every case's failure, reported by `_steps`."""
     answers = ctx.untrusted().call(PROBE + "compressor_run", cases[0]["stem"],
                                    {"world_size": P, "timeout_s": SPAWN_S, "cases": cases})
-    return [[answers[rank][i] for rank in range(P)] for i in range(len(cases))]
+    try:
+        ranks = [sized(a, len(cases), f"rank {r}'s answers, one per case")
+                 for r, a in enumerate(sized(answers, P, "the ranks' answers"))]
+    except AssertionError as exc:
+        return [[{"raised": ("AssertionError", str(exc))}] * P for _ in cases]
+    return [[ranks[rank][i] for rank in range(P)] for i in range(len(cases))]
 
 
-def _steps(per_rank: list[dict], label: str) -> list[list[dict]]:
-    """Per rank, the case's steps; the student's exception, rebuilt, if a rank raised one."""
+def _steps(per_rank: list[dict], case: dict, label: str) -> list[list[dict]]:
+    """Per rank, the case's steps, one per step the case runs; the student's exception, rebuilt, if
+    a rank raised one."""
     from autograder.checks import Flagged
 
     for rank, answer in enumerate(per_rank):
@@ -199,7 +218,8 @@ def _steps(per_rank: list[dict], label: str) -> list[list[dict]]:
                    "Flagged": Flagged}.get(kind)
             text = f"{label}, rank {rank}: {message}"
             raise exc(text) if exc else RuntimeError(f"{kind}: {text}")
-    return [answer["ok"]["steps"] for answer in per_rank]
+    return [sized(answer["ok"]["steps"], len(case["steps"]), f"{label}, rank {rank}: steps")
+            for rank, answer in enumerate(per_rank)]
 
 
 def _unmodified(steps, label: str) -> None:
@@ -227,7 +247,7 @@ def _bias(outs, grads) -> float:
     """‖Σ_t (output_t − mean_w g_w,t)‖."""
     import torch
 
-    acc = sum(o.double() - torch.stack(g).double().mean(0) for o, g in zip(outs, grads))
+    acc = sum(o.double() - torch.stack(g).double().mean(0) for o, g in zip(outs, grads, strict=True))
     return float(torch.linalg.vector_norm(acc))
 
 
@@ -286,11 +306,12 @@ def _powersgd_reference(case: dict, error_feedback: bool = True) -> list:
 
 
 def _layouts(rng: random.Random):
-    """Hidden bucket layouts (the public tests use 16×12, 7, 20×10 at rank 2)."""
+    """Hidden bucket layouts, then the public tests' (16×12, 7, 20×10 at rank 2; issue 27)."""
     a, b = rng.randint(21, 37), rng.randint(11, 19)
     return [
         ([(a, b), (rng.randint(3, 9),), (rng.randint(9, 13), 4, 3), (40, 2)], rng.choice([1, 3])),
         ([(rng.randint(25, 31), rng.randint(14, 18)), (5,), (b, a)], rng.choice([4, 5])),
+        ([(16, 12), (7,), (20, 10)], 2),
     ]
 
 
@@ -339,17 +360,17 @@ def group_powersgd(ctx):
     answers = _run(ctx, one_step + multi + [bias])
 
     with ctx.check(C_PS_STEP):
-        for case, per_rank in zip(one_step, answers):
+        for case, per_rank in zip(one_step, answers[:len(one_step)], strict=True):
             label = f"PowerSGD(rank={case['rank']}) on a bucket of {case['steps'][0]['shapes']}"
-            steps = _steps(per_rank, label)
+            steps = _steps(per_rank, case, label)
             _unmodified(steps, label)
             (want, _), = _powersgd_reference(case)
             for rank, rank_steps in enumerate(steps):
                 _close(rank_steps[0]["out"], want, f"{label}: rank {rank}'s output")
     with ctx.check(C_PS_EF):
-        for case, per_rank in zip(multi, answers[len(one_step):]):
+        for case, per_rank in zip(multi, answers[len(one_step):-1], strict=True):
             label = f"PowerSGD(rank={case['rank']}), buckets 0 and 3 alternately"
-            steps = _steps(per_rank, label)
+            steps = _steps(per_rank, case, label)
             for t, (want, errors) in enumerate(_powersgd_reference(case)):
                 for rank in range(P):
                     got = steps[rank][t]
@@ -360,15 +381,15 @@ def group_powersgd(ctx):
                     _close(got["out"], want, f"{where}: the output")
     with ctx.check(C_PS_BIAS):
         label = f"PowerSGD(rank=1) on {bias_shapes}, a gradient with a fixed part"
-        steps = _steps(answers[-1], label)
+        steps = _steps(answers[-1], bias, label)
         outs = [s["out"] for s in steps[0]]
         ef = _bias([o for o, _ in _powersgd_reference(bias)], drift)
         no_ef = _bias([o for o, _ in _powersgd_reference(bias, error_feedback=False)], drift)
         _check_bias(_bias(outs, drift), ef, no_ef, label)
     with ctx.check(C_PS_WIRE):
-        for case, per_rank in zip(one_step + multi, answers):
+        for case, per_rank in zip(one_step + multi, answers[:-1], strict=True):
             label = f"PowerSGD(rank={case['rank']})"
-            steps = _steps(per_rank, label)
+            steps = _steps(per_rank, case, label)
             for t, step in enumerate(case["steps"]):
                 want = powersgd_payloads([tuple(s) for s in step["shapes"]], case["rank"])
                 for rank in range(P):
@@ -411,7 +432,7 @@ def _codec_cases(rng: random.Random, seed: int):
         x = torch.randn(n, generator=gen) * rng.choice([1e-3, 1.0, 50.0])
         x[rng.randrange(n)] = 0.0  # sign(0) := +1
         cases.append((x, chunk))
-    return cases
+    return cases + [(torch.tensor([0.5, -2.0, 0.0, 1.5, -1.0]), 3)]  # the public test's: a last chunk of 2
 
 
 def _ob_case(n: int, chunk: int | None, n_steps: int, seed: int, grads=None) -> dict:
@@ -448,7 +469,7 @@ def group_onebit(ctx):
         answers = ctx.untrusted().call(PROBE + "onebit_codec", "onebit", cases)
         from scaletrain.compression.onebit import pack_signs  # the given wire format
 
-        for (x, chunk), got in zip(cases, answers):
+        for got, (x, chunk) in paired(answers, cases, "onebit_codec: the answers, one per (x, chunk_numel) case"):
             label = f"OneBitEF(chunk_numel={chunk}) on {x.numel()} elements"
             if "raised" in got:
                 kind, message = got["raised"]
@@ -460,16 +481,16 @@ def group_onebit(ctx):
                                      "(bit j of word i: x[32i + j] >= 0)")
             _close(got["scales"], scales, f"{label}: the scales (mean |x| of each chunk)", rtol=1e-5)
             _close(got["decoded"], decoded, f"{label}: decompress(compress(x))", rtol=1e-5)
-    sizes = [(rng.randint(70, 140), None), (rng.randint(300, 500), rng.randint(40, 90))]
+    sizes = [(rng.randint(70, 140), None), (rng.randint(300, 500), rng.randint(40, 90)), (101, 60)]  # the public's last
     stepped = [_ob_case(n, chunk, 5, seed + i) for i, (n, chunk) in enumerate(sizes)]
     n_bias = rng.randint(150, 250)
     drift = _drift_grads([(n_bias,)], 30, seed + 20, scale=0.1)
     bias = _ob_case(n_bias, None, 30, seed + 21, grads=drift)
     answers = _run(ctx, stepped + [bias])
     with ctx.check(C_OB_STEP):
-        for case, per_rank in zip(stepped, answers):
+        for case, per_rank in zip(stepped, answers[:-1], strict=True):
             label = f"OneBitEF(chunk_numel={case['chunk_numel']}) on {case['steps'][0]['shapes'][0][0]} elements"
-            steps = _steps(per_rank, label)
+            steps = _steps(per_rank, case, label)
             _unmodified(steps, label)
             previous = [torch.zeros_like(g) for g in case["steps"][0]["grads"]]
             for t, step in enumerate(case["steps"]):
@@ -485,13 +506,13 @@ def group_onebit(ctx):
                 previous = [steps[rank][t]["error"].float() for rank in range(P)]
     with ctx.check(C_OB_BIAS):
         label = f"OneBitEF on {n_bias} elements, a gradient with a fixed part"
-        steps = _steps(answers[-1], label)
+        steps = _steps(answers[-1], bias, label)
         ef, no_ef = (_bias(_onebit_simulation(bias, flag), drift) for flag in (True, False))
         _check_bias(_bias([s["out"] for s in steps[0]], drift), ef, no_ef, label)
     with ctx.check(C_OB_WIRE):
-        for case, per_rank in zip(stepped + [bias], answers):
+        for case, per_rank in zip(stepped + [bias], answers, strict=True):
             n, chunk = case["steps"][0]["shapes"][0][0], case["chunk_numel"]
-            steps = _steps(per_rank, f"OneBitEF(chunk_numel={chunk})")
+            steps = _steps(per_rank, case, f"OneBitEF(chunk_numel={chunk})")
             for rank in range(P):
                 for t, got in enumerate(steps[rank]):
                     assert got["bytes"] == _onebit_bytes(n, chunk), (
@@ -560,7 +581,28 @@ def _lamb_cases(rng: random.Random, seed: int):
         for step in grads:
             step[4] = torch.zeros(shapes[4])            # a layer without gradient: m = 0, u = λx
         cases.append((params, grads, s))
-    return cases
+    return cases + [_public_lamb_case(gen)]
+
+
+def _public_lamb_case(gen):
+    """The public test's layers (6×4 and a small 5-vector), settings and 3 steps, hidden values."""
+    import torch
+    params = [torch.randn(6, 4, generator=gen), torch.randn(5, generator=gen) * 0.01]
+    grads = [[torch.randn(p.shape, generator=gen) for p in params] for _ in range(3)]
+    return params, grads, dict(lr=0.02, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.1, bias_correction=True,
+                               max_trust=None)
+
+
+def _lamb_answer(got, params, grads, settings: dict) -> dict:
+    """The worker's LAMB run, checked to hold, for every step, one trust ratio and one parameter per
+    layer (a LAMB that empties the caller's list leaves nothing to compare: issue 28)."""
+    what = f"LAMB({settings})"
+    if not isinstance(got, dict):
+        raise AssertionError(f"{what}: the probe sent {str(got)[:80]}, not the run")
+    for key, item in (("params", "parameter"), ("trust", "state['trust_ratio']")):
+        for t, row in enumerate(sized(got.get(key), len(grads), f"{what}: {key}, one row per step")):
+            sized(row, len(params), f"{what}, step {t}: one {item} per layer")
+    return got
 
 
 def group_lamb(ctx):
@@ -572,12 +614,12 @@ def group_lamb(ctx):
     runs = []
     for params, grads, settings in cases:
         want = _lamb_reference(params, grads, settings)
-        runs.append((settings, want, ctx.untrusted().call(PROBE + "lamb_run", "lamb", params, grads, settings)))
+        runs.append((want, ctx.untrusted().call(PROBE + "lamb_run", "lamb", params, grads, settings)))
     with ctx.check(C_LB_TRUST):  # step by step from the student's own parameters: the ratio alone is graded
-        for (params, grads, settings), (_, _, got) in zip(cases, runs):
-            before = params
-            for t, (directions, trusts) in enumerate(zip(_adam_directions(grads, settings), got["trust"])):
-                for i, (d, x, a) in enumerate(zip(directions, before, trusts)):
+        for (params, grads, settings), (_, got) in zip(cases, runs, strict=True):
+            got, before = _lamb_answer(got, params, grads, settings), params
+            for t, (directions, trusts) in enumerate(zip(_adam_directions(grads, settings), got["trust"], strict=True)):
+                for i, (d, x, a) in enumerate(zip(directions, before, trusts, strict=True)):
                     b, _ = _trust(x, d + settings["weight_decay"] * x, settings["max_trust"])
                     a = float(a) if isinstance(a, (int, float, torch.Tensor)) and not isinstance(a, bool) else a
                     assert isinstance(a, float) and abs(a - b) <= 1e-4 * max(1.0, abs(b)), (
@@ -585,15 +627,16 @@ def group_lamb(ctx):
                         f"‖x‖/‖u‖ = {b:.6g} for the parameters before the step")
                 before = got["params"][t]
     with ctx.check(C_LB_STEP):
-        for settings, want, got in runs:
-            for t, (xs, ref) in enumerate(zip(got["params"], want["params"])):
-                for i, (a, b) in enumerate(zip(xs, ref)):
+        for (params, grads, settings), (want, got) in zip(cases, runs, strict=True):
+            got = _lamb_answer(got, params, grads, settings)
+            for t, (xs, ref) in enumerate(zip(got["params"], want["params"], strict=True)):
+                for i, (a, b) in enumerate(zip(xs, ref, strict=True)):
                     _close(a, b, f"LAMB({settings}), layer {i} after step {t}", rtol=1e-5)
     with ctx.check(C_LB_LAYER):
-        for (params, _, settings), (_, want, got) in zip(cases, runs):
-            before = params
+        for (params, grads, settings), (want, got) in zip(cases, runs, strict=True):
+            got, before = _lamb_answer(got, params, grads, settings), params
             for t, xs in enumerate(got["params"]):
-                for i, (a, b) in enumerate(zip(xs, before)):
+                for i, (a, b) in enumerate(zip(xs, before, strict=True)):
                     if want["clamped"][t][i]:
                         continue
                     moved, size = float((a - b).double().norm()), settings["lr"] * float(b.double().norm())
