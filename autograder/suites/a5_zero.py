@@ -209,12 +209,15 @@ MODELS = {
     "h_tiny": {"kind": "one_weight"},
     "h_groups": {"kind": "mlp", "sizes": [5, 11, 7, 2], "frozen_first": True, "grouped": True},
 }
+# the public tests' runs (scaletrain.zero.verify's models, `_model`): each runs here too (issue 27)
+PUBLIC = (("p_gpt", "sgd_momentum"), ("p_groups", "adamw"), ("p_tiny", "sgd_momentum"))
 # (model, optimizer) trained per stage; SGD is in the N = 2 rows that must catch a missing average
 GRID = {P: (("h_gpt", "adamw"), ("h_gpt", "sgd_momentum"), ("h_mlp", "sgd_momentum"), ("h_tiny", "adamw"),
-            ("h_groups", "sgd_momentum")),
+            ("h_groups", "sgd_momentum")) + PUBLIC,
         1: (("h_groups", "adamw"), ("h_tiny", "sgd_momentum"))}
-BYTES = (("h_gpt", "adamw"), ("h_groups", "sgd_momentum"))  # memory and bytes audited at N = 2
-EARLY = BYTES + (("h_gpt", "sgd_momentum"),)                  # stage 2's backward, sampled
+BYTES = (("h_gpt", "adamw"), ("h_groups", "sgd_momentum")) + PUBLIC  # memory and bytes audited at N = 2
+EARLY = (("h_gpt", "adamw"), ("h_groups", "sgd_momentum"), ("h_gpt", "sgd_momentum"))  # stage 2's backward
+GATHERS = ("h_gpt", "p_gpt")  # stage 3's gathers audited
 STEPS = 3
 BUCKET_CAP_MB = 0.002  # ~500 floats: the GPT gets several buckets at stages 0-2
 UNSHARD_M = (1, 2, 5, 7, 1000)  # 1 and 5: the public test's (issue 27)
@@ -226,9 +229,21 @@ def _options(optimizer: str) -> dict:
     return dict(OPTIMIZER_SETUPS[optimizer][1])
 
 
+def _model(name: str) -> dict:
+    """A hidden model's spec, or (p_*) the spec of the public model of scaletrain.zero.verify."""
+    if not name.startswith("p_"):
+        return MODELS[name]
+    from scaletrain.zero.verify import GPT_CFG
+    return {"p_gpt": {"kind": "gpt", "config": dict(vocab_size=GPT_CFG.vocab_size, block_size=GPT_CFG.block_size,
+                                                    n_layer=GPT_CFG.n_layer, n_head=GPT_CFG.n_head,
+                                                    n_embd=GPT_CFG.n_embd)},
+            "p_tiny": {"kind": "mlp", "sizes": [1, 1]},                    # verify's MLP([1, 1])
+            "p_groups": {"kind": "mlp", "sizes": [6, 9, 10, 3], "frozen_first": True, "grouped": True}}[name]
+
+
 def _job(model: str, optimizer: str, stage: int, size: int, seed: int) -> dict:
     traced = size == P and ((model, optimizer) in BYTES or (stage == 2 and (model, optimizer) in EARLY))
-    return {"name": f"stage {stage}, N={size}, {optimizer}, model {model}", "kind": "train", "model": MODELS[model],
+    return {"name": f"stage {stage}, N={size}, {optimizer}, model {model}", "kind": "train", "model": _model(model),
             "key": model, "optimizer": optimizer, "options": _options(optimizer), "stage": stage, "size": size,
             "seed": seed, "steps": STEPS, "bucket_cap_mb": BUCKET_CAP_MB, "trace": traced}
 
@@ -727,6 +742,6 @@ def group_ranks(ctx):
             for job in mine:
                 outs = _outputs(job, per_rank)
                 for verify in VERIFY[name]:
-                    if verify is _verify_stage3 and job["key"] != "h_gpt":
+                    if verify is _verify_stage3 and job["key"] not in GATHERS:
                         continue
                     verify(job, outs, ref)
