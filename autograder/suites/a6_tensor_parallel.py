@@ -202,6 +202,7 @@ MANIFEST = Manifest(
 # ---------------------------------------------------------------- hidden inputs (this side only)
 
 CFG = dict(vocab_size=78, block_size=12, n_layer=2, n_head=6, n_embd=30)  # 78, 6 and 30 divide by 2 and 3
+PUBLIC_CFG = dict(vocab_size=64, block_size=8, n_layer=2, n_head=4, n_embd=16)  # the public test's GPT, t = 2
 
 
 def _randn(gen, *shape, scale: float = 1.0):
@@ -283,7 +284,19 @@ def _jobs(seed: int) -> dict[str, list[dict]]:
                    "idx": idx, "targets": tgt}
             for check in ((C_SP_GPT, C_SP_MEM, C_SP_BYTES) if sp else (C_GPT, C_GPT_BYTES, C_SP_MEM)):
                 need.setdefault(check, []).append(job)
+    _public_gpt_jobs(need, seed)
     return need
+
+
+def _public_gpt_jobs(need: dict, seed: int) -> None:
+    """The public test's GPT at t = 2, sequence lengths 7 (TP) and 8 (SP), 3 sequences; values
+    checked as for the hidden GPT (issue 27: the hidden suite runs every public case)."""
+    from scaletrain.models import GPTConfig, make_batch
+    for sp, length in ((False, 7), (True, 8)):
+        idx, tgt = make_batch(GPTConfig(**PUBLIC_CFG), 3, seed=seed + 7, seq_len=length)
+        job = {"name": f"public gpt t=2 sp={sp}", "kind": "gpt", "t": 2, "sp": sp, "cfg": PUBLIC_CFG,
+               "seed": seed % 1000, "idx": idx, "targets": tgt}
+        need.setdefault(C_SP_GPT if sp else C_GPT, []).append(job)
 
 
 # ---------------------------------------------------------------- references (this side only)
