@@ -4,6 +4,11 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
+# PyPI's torch for Linux x86-64 is the multi-GB CUDA build: there the pinned CPU build comes first,
+# from PyTorch's CPU index, and the install below keeps it (`make setup TORCH_BUILD=pypi`: PyPI's).
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_BUILD     ?= $(if $(filter Linux-x86_64,$(shell uname -s)-$(shell uname -m)),cpu,pypi)
+TORCH_PIN       := $(shell grep -o 'torch==[0-9.]*' pyproject.toml)
 
 .PHONY: setup demo test deploy-test selftest release gpu-check clean
 
@@ -11,6 +16,8 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@if [ "$(TORCH_BUILD)" = cpu ]; then $(BIN)/python -m pip install --quiet --disable-pip-version-check \
+	  --no-deps --index-url $(TORCH_CPU_INDEX) '$(TORCH_PIN)+cpu'; fi
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	@rm -f $(VENV)/.installed-* && touch $@
 

@@ -75,12 +75,14 @@ def kernel_attacks(*, file: str, kernel: str, anchor: str, result_line: str, res
                    checks, source: str) -> dict[str, tuple[tuple[tuple[str, str], ...], str]]:
     """name -> (replacements in `file`, the outcome it must get) of the catalogue's attacks on a
     Triton kernel file (a1, a1b). Each sits beside a kernel that writes zeros (`result_line`, the
-    line computing `result`, becomes `result = zero`), so only the attack itself could earn a pass:
-    forged report lines (and at exit) and a patched `classify`, run when the file is imported (the
-    code goes just before `anchor`, the first line after the kernels); the expected value read out
-    of the caller's frames in place of `result_line`; the reference kernel `kernel` loaded by a name
-    built at run time (the grading build's copy is the stub) and from `source` on the grader's disk
-    (hidden: `error`); and a process that kills itself."""
+    line computing `result`, becomes `result = zero`), so only the attack itself could earn a pass.
+    Run when the file is imported (the code goes just before `anchor`, the first line after the
+    kernels): forged report lines (and at exit), a patched `classify`, the reference kernel `kernel`
+    loaded by a name built at run time and from `source` on the grader's disk, a process that kills
+    itself, Triton's launch path patched so that no kernel runs. The grader takes only the file's
+    @triton.jit functions (autograder/probes/triton_kernels.py), so none of these runs: each is the
+    zero kernel's `failed`. Inside the kernel: the expected value read out of the caller's frames
+    (a kernel may not touch `__traceback__`: `failed`)."""
     indent = result_line[:len(result_line) - len(result_line.lstrip())]
     zeros = (result_line, f"{indent}{result} = {zero}\n")
 
@@ -97,6 +99,8 @@ def kernel_attacks(*, file: str, kernel: str, anchor: str, result_line: str, res
               f"{indent}    frame = frame.f_back\n"
               f"{indent}{result} = {zero} if found is None else found\n")
     forger = "def _forge_now():\n" + report_forger(checks) + "    forge(); atexit.register(forge)\n\n\n_forge_now()"
+    launch = (f"type({kernel}).__getitem__ = lambda self, grid: (lambda *args, **kwargs: None)\n"
+              f"{IMPORTER}('triton').runtime.jit.JITFunction.__getitem__ = type({kernel}).__getitem__")
     return {
         "forges 'passed' lines in every report it can find (and at exit)": ((zeros, at_import(forger)), "failed"),
         "patches the grader's classify through sys.modules": (
@@ -104,7 +108,8 @@ def kernel_attacks(*, file: str, kernel: str, anchor: str, result_line: str, res
                               "lambda exc, submission: ('passed', '')")), "failed"),
         "reads the expected value out of the caller's frames": (((result_line, frames),), "failed"),
         "imports the reference kernels by a name built at run time": (
-            (at_import(stolen(path=f"_ref.KERNELS_DIR / {file!r}")),), "failed"),
-        "loads the reference kernels from the grader's disk": ((at_import(stolen(path=repr(source))),), "error"),
-        "kills its own process": ((at_import(f"{IMPORTER}('os')._exit(3)"),), "error"),
+            (zeros, at_import(stolen(path=f"_ref.KERNELS_DIR / {file!r}"))), "failed"),
+        "loads the reference kernels from the grader's disk": ((zeros, at_import(stolen(path=repr(source)))), "failed"),
+        "kills its own process": ((zeros, at_import(f"{IMPORTER}('os')._exit(3)")), "failed"),
+        "patches Triton's launch path at import": ((zeros, at_import(launch)), "failed"),
     }

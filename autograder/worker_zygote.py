@@ -23,6 +23,7 @@ then kills its tree and writes `{"timed_out", "code"}` on the status pipe.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -99,7 +100,8 @@ def _keeper(request: dict, to_r: int, from_w: int, log: int, control_r: int, sta
         return _Worker(pid, control_r)
 
     status = sandbox.guard(box, start)
-    os.write(status_w, json.dumps(status).encode())
+    with contextlib.suppress(BrokenPipeError):  # the runner is gone (it ended, or was killed): nobody to tell
+        os.write(status_w, json.dumps(status).encode())
 
 
 def _close_all_but(*keep: int) -> None:

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import torch
 
-from autograder.checks import forbid_aten, student_module
-from autograder.probes.triton_kernels import NanOutputs, graft, triton_mode, unwrap_stub
+from autograder.checks import forbid_aten
+from autograder.probes.triton_kernels import NanOutputs, graft, kernels_of, triton_mode, unwrap_stub
 
 KERNELS = {"softmax_triton": ("softmax_fwd_kernel", "softmax_bwd_kernel"),
            "layer_norm_triton": ("layer_norm_fwd_kernel", "layer_norm_bwd_dx_kernel", "layer_norm_bwd_dwdb_kernel")}
@@ -200,7 +200,7 @@ def compile_triton(stem: str, kernel: str) -> int:
     from scaletrain.ops.triton_compile import compile_module
 
     triton_mode(False)
-    return len(unwrap_stub(compile_module)(student_module(stem), kernels=(kernel,)))
+    return len(unwrap_stub(compile_module)(kernels_of(stem), kernels=(kernel,)))
 
 
 def compile_cuda() -> dict | None:

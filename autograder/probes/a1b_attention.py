@@ -19,8 +19,8 @@ import contextlib
 
 import torch
 
-from autograder.checks import Flagged, forbid_aten, student_module
-from autograder.probes.triton_kernels import NanOutputs, graft, triton_mode, unwrap_stub
+from autograder.checks import Flagged, forbid_aten
+from autograder.probes.triton_kernels import NanOutputs, graft, kernels_of, triton_mode, unwrap_stub
 
 KERNELS = {"attention_triton": ("attention_fwd_kernel", "attention_bwd_dkdv_kernel", "attention_bwd_dq_kernel"),
            "cross_entropy_triton": ("cross_entropy_fwd_kernel", "cross_entropy_bwd_kernel")}
@@ -83,7 +83,7 @@ def compile_triton(stem: str, kernel: str) -> int:
     from scaletrain.ops.attention_compile import compile_fused
 
     triton_mode(False)
-    return len(unwrap_stub(compile_fused)(student_module(stem), kernels=(kernel,)))
+    return len(unwrap_stub(compile_fused)(kernels_of(stem), kernels=(kernel,)))
 
 
 def time_batch(op: str, args: list, *, reps: int) -> None:

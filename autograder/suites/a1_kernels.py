@@ -216,7 +216,8 @@ MANIFEST = Manifest(
                 expect={C_LN_DX: "failed", C_DWDB: "passed",
                         "layer_norm forward on hidden shapes, long rows, with and without affine": "passed"}),
         Planted("infinite loop in the kernel", SM,
-                ("        row_max = tl.max(x, axis=1)\n", "        while True:\n            pass\n"),
+                ("        row_max = tl.max(x, axis=1)\n",
+                 "        while True:\n            pass\n        row_max = tl.max(x, axis=1)\n"),
                 groups=("smoke",), expect={C_SMOKE: "timeout"},
                 timeout_s=8),  # the plant hangs: no need to wait the group's 60 s
         *_attacks(),

@@ -126,9 +126,12 @@ MANIFEST = Manifest(
                 # the backward shares the mask: the public causal backward test fails too (issue 27)
                 groups=("smoke", "attention"),
                 expect={C_SMOKE: "passed", C_CAUSAL: "failed", C_BWD: "passed", C_BWD_CAUSAL: "failed"}),
-        Planted("the full n x n score matrix materialized (a launcher patched to compute in torch)", AT,
-                ("\n\ndef attention_tiles(", _DENSE + "\n\ndef attention_tiles("),
-                groups=("smoke",), expect={C_DENSE: "flagged"}),
+        # the launcher patched at import computes in torch beside a kernel that stores zeros: the
+        # grader takes only the file's @triton.jit functions, so the patch never runs (issue 28)
+        Planted("a launcher patched at import to compute in torch, the kernel storing zeros", AT,
+                (("    o = acc / l_i[:, None]\n", "    o = acc * 0.0\n"),
+                 ("\n\ndef attention_tiles(", _DENSE + "\n\ndef attention_tiles(")),
+                groups=("smoke",), expect={C_SMOKE: "failed", C_CAUSAL: "failed"}),
         Planted("calls scaled_dot_product_attention", AT,
                 ("    o = torch.empty_like(q)\n",
                  "    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)\n"),
@@ -137,7 +140,7 @@ MANIFEST = Manifest(
                 ("        ds = p * (dp - delta[:, None])\n", "        ds = p * dp\n"),
                 groups=("attention",), expect={C_BWD: "failed", C_DTYPES: "passed"}),
         Planted("infinite loop in the forward kernel", AT,
-                ("    o = acc / l_i[:, None]\n", "    while True:\n        pass\n"),
+                ("    o = acc / l_i[:, None]\n", "    while True:\n        pass\n    o = acc / l_i[:, None]\n"),
                 groups=("smoke",), expect={C_SMOKE: "timeout"},
                 timeout_s=10),  # the plant hangs: no need to wait the group's limit
         *(Planted(name, AT, replace, groups=("smoke",), expect={C_SMOKE: outcome})

@@ -11,10 +11,10 @@ import os
 
 
 def _readable(path):
+    """True if the file's content can be read (an empty /dev/null bound over it does not count)."""
     try:
         with open(path, "rb") as f:
-            f.read(1)
-        return True
+            return len(f.read(1)) == 1
     except OSError:
         return False
 

@@ -83,7 +83,16 @@ def deployed(tmp_path_factory):
     times = {p.stem: int(p.read_text()) / 1000 for p in out.glob("*.ms")}
     print(f"\nsetup.sh {setup['setup_ms'] / 1000:.0f} s, venv {setup['venv_mib']} MiB; grading: "
           + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(times.items())))
-    return graded, out
+    return graded, out, _regrade(package, subs, work / "regrade")
+
+
+def _regrade(package: Path, subs: Path, out: Path) -> dict[str, dict]:
+    """The instructor's class regrade of the same submissions on the package's inputs (this checkout)."""
+    proc = subprocess.run([sys.executable, "-m", "autograder", "regrade", ASSIGNMENT, "--package", str(package),
+                           "--submissions", str(subs), "--out", str(out), "--device", "cpu"],
+                          capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {p.parent.name: json.loads(p.read_text()) for p in out.glob("*/results.json")}
 
 
 def _outcomes(payload: dict) -> dict[str, str]:
@@ -95,13 +104,13 @@ def _log(out: Path, name: str) -> str:
 
 
 def test_nothing_of_the_course_is_installed_as_a_package(deployed):
-    graded, out = deployed
+    graded, out, _ = deployed
     assert "imports scaletrain from" not in _log(out, "reference"), _log(out, "reference")
     assert not graded["reference"]["extra_data"]["harness_error"]
 
 
 def test_reference_gets_full_marks_and_the_packages_seed(deployed):
-    graded, out = deployed
+    graded, out, _ = deployed
     ref = graded["reference"]
     assert ref["score"] == ref["max_score"] == get_manifest(ASSIGNMENT).max_score, \
         (_log(out, "reference"), [t for t in ref["tests"] if t["status"] != "passed"])
@@ -110,13 +119,13 @@ def test_reference_gets_full_marks_and_the_packages_seed(deployed):
 
 
 def test_stub_gets_zero(deployed):
-    graded, _ = deployed
+    graded, _, _ = deployed
     assert graded["stub"]["score"] == 0
     assert set(_outcomes(graded["stub"]).values()) == {"failed"}
 
 
 def test_bucket_off_by_one_loses_the_cap_check(deployed):
-    graded, _ = deployed
+    graded, _, _ = deployed
     plant = next(p for p in get_manifest(ASSIGNMENT).planted if p.name == OFF_BY_ONE)
     got = _outcomes(graded["off_by_one"])
     assert {check: got[check] for check in plant.expect} == plant.expect
@@ -124,7 +133,7 @@ def test_bucket_off_by_one_loses_the_cap_check(deployed):
 
 
 def test_the_students_code_runs_unprivileged_and_sees_no_secret(deployed):
-    graded, out = deployed
+    graded, out, _ = deployed
     reasons = [t["output"] for t in graded["probe"]["tests"] if "PROBE" in t["output"]]
     assert reasons, f"the probe never ran: {_log(out, 'probe')}"
     found = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", reasons[0].split("PROBE", 1)[1])}
@@ -134,3 +143,15 @@ def test_the_students_code_runs_unprivileged_and_sees_no_secret(deployed):
                "read_reference", "write_results", "write_venv", "write_source", "signal_root", "killed_parent")
     assert {k: found[k] for k in secrets} == dict.fromkeys(secrets, 0)
     assert graded["probe"]["score"] == 0
+
+
+def test_regrade_on_the_package_gives_gradescopes_scores(deployed):
+    """`regrade --package` grades on the package's seed: check for check, the scores Gradescope's
+    run_autograder gave the same submissions."""
+    graded, _, regraded = deployed
+    assert set(regraded) == set(graded)
+    for name, payload in graded.items():
+        scores = {t["extra_data"]["check"]: t["score"] for t in payload["tests"]}
+        again = {t["extra_data"]["check"]: t["score"] for t in regraded[name]["tests"]}
+        assert again == scores, name
+        assert regraded[name]["extra_data"]["seed"] == SEED
