@@ -6,6 +6,7 @@ attempt must fail, and data must cross the wire intact (tensors, tuples, dtypes)
 
 import contextlib
 import os
+import signal
 import sys
 import time
 import uuid
@@ -78,6 +79,13 @@ def where():
             "env": sorted(os.environ), "session": os.getsid(0) == os.getpid(),
             "parent": [os.getppid(), open(f"/proc/{os.getppid()}/cmdline").read()],
             "fds": len(os.listdir("/proc/self/fd"))}
+
+def kill_parent():
+    try:
+        os.kill(os.getppid(), 9)
+        return "killed"
+    except OSError as exc:
+        return type(exc).__name__
 
 def detach(marker):
     if os.fork() == 0:  # double fork, new session: out of the worker's process group
@@ -251,3 +259,27 @@ def _wait_until(condition, what: str = "", limit_s: float = 15.0) -> None:
     while not condition():
         assert time.monotonic() < end, what
         time.sleep(0.1)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root grader runs the worker as another account")
+def test_a_worker_can_not_kill_its_keeper_and_dies_with_it(submission, no_client):
+    """The worker is another uid than its keeper: its SIGKILL is refused and it goes on answering.
+    When the keeper dies anyway (killed by root here), the worker dies with it (PDEATHSIG)."""
+    with workers_zygote():
+        w = Untrusted(submission, timeout_s=30)
+        try:
+            assert toy(w)("kill_parent") == "PermissionError"
+            pid = toy(w)("detach", f"toy-{uuid.uuid4().hex}")
+            assert toy(w)("echo", 1) == [(1,), {}]  # still answering
+            os.kill(w._proc._keeper, signal.SIGKILL)
+            _wait_until(lambda: not os.path.exists(f"/proc/{pid}") or _state(pid) == "Z", "worker outlived its keeper")
+        finally:
+            w.close()
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
