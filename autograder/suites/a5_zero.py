@@ -435,8 +435,9 @@ def _numel(shape) -> int:
 def _outputs(job: dict, per_rank: list) -> list:
     """The job's outputs of every rank that ran it (ranks < N), each complete: an answer with a
     step or a row missing fails rather than passing on what is there."""
-    ranks = sized(per_rank, P, "the ranks' answers")
-    outs = [ranks[r][job["name"]]["ok"] for r in range(job["size"])]
+    if not isinstance(per_rank, list) or len(per_rank) < job["size"]:
+        raise AssertionError(f"{job['name']}: expected answers of {job['size']} ranks, got {str(per_rank)[:80]}")
+    outs = [per_rank[r][job["name"]]["ok"] for r in range(job["size"])]
     for rank, out in enumerate(outs):
         if job["kind"] == "unshard":
             if len(out) != len(job["buffers"]):
@@ -722,8 +723,8 @@ def group_ranks(ctx):
             _verify_shards(cases, worker.call(PROBE + "shard_views", STEM, cases, timeout_s=60))
     if jobs and failure is None:
         try:
-            per_rank = worker.call(PROBE + "run_ranks", STEM, jobs, P, PG_TIMEOUT_S, SPAWN_TIMEOUT_S,
-                                   timeout_s=SPAWN_TIMEOUT_S + 30)
+            per_rank = sized(worker.call(PROBE + "run_ranks", STEM, jobs, P, PG_TIMEOUT_S, SPAWN_TIMEOUT_S,
+                                         timeout_s=SPAWN_TIMEOUT_S + 30), P, "the ranks' answers")
         except Exception as exc:  # noqa: BLE001 - reported inside every check below
             failure = exc
     ref.wait()
