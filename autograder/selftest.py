@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from autograder import zygote
-from autograder.grade import grade_assignment
+from autograder.grade import grade_assignment, static_outcomes
 from autograder.manifest import Manifest, Planted, get_manifest
 from autograder.runner import Result
 
@@ -60,6 +60,31 @@ def check_planted(m: Manifest, planted: Planted, device: str, progress) -> CaseR
     return CaseResult(name, not bad, "; ".join(bad))
 
 
+def check_hostile_files(m: Manifest, device: str, progress) -> CaseResult:
+    """Planted for every assignment, decided before anything runs: each graded file in turn a link to
+    the solution's (it would earn the reference's marks if followed), then, for Python, a 300,000-term
+    expression (the parser's RecursionError): that file's checks are `error`, never a pass or a
+    grader crash."""
+    name = f"{m.assignment} planted links to the reference and files too deep to parse"
+    bad = []
+    with tempfile.TemporaryDirectory(prefix=f"hostile-{m.assignment}-") as tmp:
+        for stub_name in m.files:
+            for how in ("link", "deep") if stub_name.endswith(".py") else ("link",):
+                folder = Path(tmp) / f"{how}-{stub_name}"
+                shutil.copytree(m.solution_dir(), folder)
+                target = folder / stub_name
+                if how == "link":
+                    target.unlink()
+                    target.symlink_to(m.solution_dir() / stub_name)
+                else:
+                    target.write_text("x = " + "+".join(["1"] * 300_000) + "\n")
+                decided = static_outcomes(m, folder)
+                want = {c.name for c in m.checks if m.task(c.task).file == stub_name}
+                bad += [f"{how} {stub_name}: {c}: {decided.get(c, ('not decided',))[0]}" for c in sorted(want)
+                        if decided.get(c, ("",))[0] != "error"]
+    return CaseResult(name, not bad, "; ".join(bad[:5]))
+
+
 def run_selftest(assignment: str, *, device: str = "cpu",
                  progress: Callable[[str], None] = lambda s: None) -> list[CaseResult]:
     """The solution is graded alone (its speed checks need a quiet machine); the stub and the
@@ -67,7 +92,7 @@ def run_selftest(assignment: str, *, device: str = "cpu",
     m = get_manifest(assignment)
     with zygote.preloaded():
         cases = [check_solution(m, device, progress)]
-        jobs = [(check_stub, m)] + [(partial(check_planted, m), p) for p in m.planted]
+        jobs = [(check_stub, m), (check_hostile_files, m)] + [(partial(check_planted, m), p) for p in m.planted]
         with ThreadPoolExecutor(max_workers=2) as pool:
             cases += pool.map(lambda job: job[0](job[1], device, progress), jobs)
     return cases

@@ -18,7 +18,7 @@ MANIFESTS = all_manifests()
 @pytest.mark.parametrize("assignment", list(MANIFESTS))
 def test_selftest_solution_stub_and_planted_submissions(assignment):
     cases = run_selftest(assignment)
-    assert len(cases) == 2 + len(MANIFESTS[assignment].planted)
+    assert len(cases) == 3 + len(MANIFESTS[assignment].planted)  # solution, stub, hostile files, plants
     failures = [f"{c.case}: {c.detail}" for c in cases if not c.ok]
     assert not failures, "\n".join(failures)
 
