@@ -10,6 +10,8 @@ import traceback
 from pathlib import Path
 
 from autograder import zygote
+from autograder.invocation import (EXIT_FAILED, EXIT_HARNESS, EXIT_INCOMPLETE, EXIT_OK, choose_device,  # noqa: F401
+                                   submission_folder)
 from autograder.grade import UnusableSubmission, check_library_origin, grade_assignment
 from autograder.manifest import REPO, all_manifests, get_manifest, hidden_suites_present
 from autograder import package_info
@@ -19,7 +21,6 @@ from autograder.results import summarize, table, to_gradescope, write_json
 from autograder.runner import Result
 from autograder.untrusted import BUILD_ENV
 
-EXIT_OK, EXIT_FAILED, EXIT_HARNESS, EXIT_INCOMPLETE = 0, 1, 2, 3
 
 DESCRIPTION = """\
 Grade your assignment, or (instructors) release stubs and check the grader.
@@ -42,19 +43,6 @@ missing folder or file, --device cuda without a GPU), 3 all gradable checks pass
 were not run."""
 
 
-def _device(choice: str) -> str:
-    """The device to grade on. `--device cuda` where no CUDA device is visible is unusable input
-    (exit 2), not a grade in which every GPU check, Triton ones included, fails."""
-    if choice == "cpu":
-        return choice
-    import torch
-    if torch.cuda.is_available():
-        return "cuda"
-    if choice == "cuda":
-        raise UnusableSubmission("no CUDA device visible: run on a GPU machine or use --device auto/cpu")
-    return "cpu"
-
-
 def exit_code(results: list[Result]) -> int:
     """The CLI's exit status for a run's results: 0 all passed, 1 something failed, 2 a missing
     file (the input was unusable), 3 incomplete (GPU checks not run)."""
@@ -63,19 +51,6 @@ def exit_code(results: list[Result]) -> int:
     if any(r.outcome not in ("passed", "not_run") for r in results):
         return EXIT_FAILED
     return EXIT_INCOMPLETE if any(r.outcome == "not_run" for r in results) else EXIT_OK
-
-
-def submission_folder(m, submission: str | None, every: bool) -> Path:
-    """The folder to grade for assignment `m`: its working copy under assignments/ by default;
-    with --submission DIR, DIR itself, or DIR/<assignment folder> for `grade all` and for a DIR
-    laid out like solutions/ (it holds the assignment's folder and none of its files)."""
-    if submission is None:
-        return m.stub_dir()
-    root = Path(submission)
-    nested = root / m.folder
-    if every or (nested.is_dir() and not any((root / name).is_file() for name in m.files)):
-        return nested
-    return root
 
 
 def _sandbox_choice(args) -> None:
@@ -112,7 +87,7 @@ def cmd_grade(args) -> int:
         _sandbox_choice(args)
         if getattr(args, "package", None):
             hidden_visibility = _use_package(Path(args.package), args.assignment)
-        device = _device(args.device)
+        device = choose_device(args.device)
         manifests = list(all_manifests().values()) if args.assignment == "all" else [get_manifest(args.assignment)]
         if args.submission is not None and not Path(args.submission).is_dir():
             raise UnusableSubmission(f"submission folder {args.submission} does not exist")
@@ -246,7 +221,7 @@ def cmd_selftest(args) -> int:
     from autograder.selftest import run_selftest
 
     try:
-        device = _device(args.device)
+        device = choose_device(args.device)
     except UnusableSubmission as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_HARNESS

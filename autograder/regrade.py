@@ -47,7 +47,7 @@ from typing import Callable, ContextManager
 
 from autograder import zygote
 from autograder.checks import SEED_ENV, grading_seed
-from autograder.cli import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, _device, submission_folder
+from autograder.invocation import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, choose_device, submission_folder
 from autograder.grade import UnusableSubmission, grade_assignment
 from autograder.manifest import OUTCOMES, REPO, Manifest, get_manifest
 from autograder.package_info import PackageError, PackageInfo
@@ -479,7 +479,7 @@ def command(args) -> int:
         manifest = get_manifest(args.assignment)
         seed = choose_seed(manifest, args.package, args.seed, say)
         due = parse_time(args.due, "--due") if args.due else None
-        payloads = regrade(manifest, Path(args.submissions), out, _device(args.device), seed=seed, due=due,
+        payloads = regrade(manifest, Path(args.submissions), out, choose_device(args.device), seed=seed, due=due,
                            cpu_results=Path(args.cpu_results) if args.cpu_results else None,
                            force=args.force, progress=say, preload=zygote.preloaded)
     except (KeyError, UnusableSubmission, PackageError) as exc:

@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import resource
+import runpy
 import select
 import signal
 import site
@@ -244,11 +245,11 @@ def _fork_runner(box: sandbox.Sandbox, argv: list[str], log_fd: int, status_w: i
             sys.stdout.reconfigure(line_buffering=True)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the warden's handler is the warden's
             tempfile.tempdir = None                        # TMPDIR is the group's now
-            from autograder import runner
-
-            sys.argv = [runner.__file__, *argv]
             sandbox.confine(box)
-            code = runner.main(argv)
+            # as `python -m autograder.runner ARGV` (it exits by itself); by name, not an import:
+            # the runner imports this module
+            sys.argv = ["-m", *argv]
+            runpy.run_module("autograder.runner", run_name="__main__", alter_sys=True)
         except BaseException:  # noqa: BLE001 - the log's last line names it, as an exec'd runner's would
             traceback.print_exc()
         sandbox.exit_now(code)
