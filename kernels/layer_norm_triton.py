@@ -11,6 +11,8 @@ Backward for x ("Rewrite Reduction: LayerNorm Backward", same lecture): with g =
     alpha_i = ((x_i - mu) mu rstd^2 - 1) rstd / N,     beta_i = (mu - x_i) rstd^3 / N,
 so both reductions (sum g, sum g x) are independent and happen in one pass (the slide prints
 sigma where sigma^2 belongs in alpha's numerator; notebooks/01_kernel_fusion.ipynb checks this form).
+_dx evaluates it regrouped, rstd (g_i - sum g / N - xhat_i rstd (sum g x - mu sum g) / N), so
+that it is exactly 0 at N = 1 on a GPU too (fused multiply-adds; the a1 handout says why).
 Backward for w and b: dw_j = sum_r dy_rj xhat_rj, db_j = sum_r dy_rj, a reduction ACROSS rows:
 programs own (row group, column block) tiles and write fp32 partial sums, summed at the end.
 
@@ -103,12 +105,18 @@ def _load_x_g(dy_ptr, x_ptr, w_ptr, offs, col, inside, cmask, HAS_W: tl.constexp
 
 @triton.jit
 def _dx(x, g, mean, rstd, sum_g, sum_gx, cols):
-    """dx_i = rstd g_i + alpha_i sum g + beta_i sum g x (the LightSeq rewrite, module doc).
+    """dx_i = rstd g_i + alpha_i sum g + beta_i sum g x (the LightSeq rewrite, module doc),
+    evaluated as rstd (g_i - sum g / N - xhat_i c) with c = rstd (sum g x - mean sum g) / N:
+    the terms that cancel (exactly, at N = 1) meet before rstd ~ 1/sqrt(eps) multiplies them, so a
+    fused multiply-add cannot leave one product's rounding error behind, and sum g / N divides
+    with IEEE rounding (`/` is div.full.f32 on NVIDIA, within 2 ulp) (issue 29).
     x, g: [BLOCK_M, BLOCK_N] tiles; mean, rstd, sum_g, sum_gx: [BLOCK_M], one per row."""
     # BEGIN SOLUTION
-    alpha = ((x - mean[:, None]) * (mean * rstd * rstd)[:, None] - 1.0) * (rstd / cols)[:, None]
-    beta = (mean[:, None] - x) * (rstd * rstd * rstd / cols)[:, None]
-    return rstd[:, None] * g + alpha * sum_g[:, None] + beta * sum_gx[:, None]
+    n = cols * 1.0  # fp32 (cols may arrive as the constexpr 1)
+    mean_g = tl.math.div_rn(sum_g, n)
+    c = rstd * (sum_gx - mean * sum_g) / n
+    xhat = (x - mean[:, None]) * rstd[:, None]
+    return rstd[:, None] * (g - mean_g[:, None] - xhat * c[:, None])
     # END SOLUTION
 
 

@@ -208,10 +208,8 @@ MANIFEST = Manifest(
                  ("num = tl.where(x == float(\"-inf\"), 0.0, tl.exp(x - m_new[:, None]))",
                   "num = tl.exp(x - m_new[:, None])")),
                 groups=("softmax",), expect={C_PREFIX: "failed", "softmax forward on rows longer than one tile": "passed"}),
-        Planted("the slide's alpha: sigma where sigma^2 belongs", LN,
-                ("alpha = ((x - mean[:, None]) * (mean * rstd * rstd)[:, None] - 1.0) * (rstd / cols)[:, None]",
-                 "alpha = ((x - mean[:, None]) * (mean * rstd * rstd * rstd)[:, None]"
-                 " - (rstd * rstd)[:, None]) / cols"),
+        Planted("the slide's slip: one power of rstd short (sigma where sigma^2 belongs)", LN,
+                ("c = rstd * (sum_gx - mean * sum_g) / n", "c = (sum_gx - mean * sum_g) / n"),
                 groups=("layer_norm",),
                 expect={C_LN_DX: "failed", C_DWDB: "passed",
                         "layer_norm forward on hidden shapes, long rows, with and without affine": "passed"}),

@@ -157,6 +157,7 @@ inline float __cosf(float x) { return cosf(x); }
 inline float __powf(float x, float y) { return powf(x, y); }
 inline float __fdividef(float x, float y) { return x / y; }
 inline float __frcp_rn(float x) { return 1.f / x; }
+inline float __fdiv_rn(float x, float y) { return x / y; }  // IEEE, also under --use_fast_math
 inline float __fsqrt_rn(float x) { return sqrtf(x); }
 inline float __saturatef(float x) { return x < 0.f ? 0.f : (x > 1.f ? 1.f : x); }
 inline float rsqrtf(float x) { return 1.f / sqrtf(x); }

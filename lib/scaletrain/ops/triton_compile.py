@@ -14,7 +14,7 @@ import os
 import time
 from types import ModuleType
 
-__all__ = ["KERNEL_SIGNATURES", "compile_module"]
+__all__ = ["KERNEL_SIGNATURES", "compile_module", "compile_ptx"]
 
 _I, _F = "i32", "*fp32"
 _MASK_ARGS = dict(rows=_I, cols=_I, causal_len=_I, m_size1=_I, m_size2=_I, m_stride0=_I, m_stride1=_I,
@@ -51,10 +51,7 @@ def compile_module(module: ModuleType, *, arch: int = 80, storage: str = "fp16",
     A compile failure raises AssertionError naming the kernel, its configuration and the
     compiler's message (NotImplementedError for an untouched stub).  The module must have been
     imported WITHOUT the interpreter (its kernels must be JITFunctions)."""
-    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # silence Triton 3.9's FutureWarning
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
     rows = []
     for name, (signature, configs) in KERNEL_SIGNATURES.items():
@@ -64,13 +61,10 @@ def compile_module(module: ModuleType, *, arch: int = 80, storage: str = "fp16",
         if not isinstance(fn, triton.runtime.JITFunction):
             raise TypeError(f"{name} is not a @triton.jit function compiled for a GPU "
                             "(was the module imported under TRITON_INTERPRET=1?)")
-        sig = {k: v.replace("{T}", f"*{storage}") for k, v in signature.items()}
         for config in configs:
-            sig_all = {**sig, **{k: "constexpr" for k in config}}
             start = time.perf_counter()
             try:
-                kernel = triton.compile(ASTSource(fn=fn, signature=sig_all, constexprs=config),
-                                        target=GPUTarget("cuda", arch, 32))
+                kernel = _compile(fn, signature, config, arch, storage)
             except Exception as exc:
                 if "NotImplementedError" in str(exc):  # an untouched stub: the raise is still there
                     raise NotImplementedError(f"{name} still raises NotImplementedError") from exc
@@ -78,6 +72,25 @@ def compile_module(module: ModuleType, *, arch: int = 80, storage: str = "fp16",
             rows.append({"kernel": name, "config": config, "seconds": time.perf_counter() - start,
                          "shared_bytes": kernel.metadata.shared})
     return rows
+
+
+def _compile(fn, signature: dict, config: dict, arch: int, storage: str):
+    """triton.compile of `fn` for sm_{arch} with "{T}" pointers of `storage`, `config` constexpr."""
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # silence Triton 3.9's FutureWarning
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    sig = {k: v.replace("{T}", f"*{storage}") for k, v in signature.items()}
+    return triton.compile(ASTSource(fn=fn, signature={**sig, **{k: "constexpr" for k in config}}, constexprs=config),
+                          target=GPUTarget("cuda", arch, 32))
+
+
+def compile_ptx(module: ModuleType, name: str, *, arch: int = 80, storage: str = "fp16") -> str:
+    """The PTX of kernel `name` (KERNEL_SIGNATURES, first configuration) for sm_{arch}: what the
+    GPU runs, readable without one (e.g. whether `a * b + c` became fma.rn.f32, issue 29)."""
+    signature, configs = KERNEL_SIGNATURES[name]
+    return _compile(getattr(module, name), signature, configs[0], arch, storage).asm["ptx"]
 
 
 def _error(exc: Exception) -> str:
