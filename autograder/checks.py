@@ -142,6 +142,24 @@ def forbid_calls(*qualnames: str, modules: tuple = ()) -> Iterator[None]:
             setattr(owner, attr, original)
 
 
+TORCH_COLLECTIVES = tuple(f"torch.distributed.{name}" for name in (
+    "all_reduce", "all_reduce_coalesced", "all_gather", "all_gather_into_tensor", "all_gather_object",
+    "all_gather_coalesced", "all_gather_single", "reduce", "reduce_scatter", "reduce_scatter_tensor",
+    "reduce_scatter_single", "broadcast", "broadcast_object_list", "all_to_all", "all_to_all_single", "gather",
+    "scatter"))
+
+
+@contextlib.contextmanager
+def forbid_collectives(*modules) -> Iterator[None]:
+    """torch.distributed's collectives raise `Flagged` while the block runs: under torch.distributed,
+    under distributed_c10d (where they are defined) and wherever `modules` bound them by name. They
+    move data that a byte counter at `isend` does not see, so a compressor or a ring must not reach them."""
+    import torch.distributed.distributed_c10d as c10d
+
+    with forbid_calls(*TORCH_COLLECTIVES, modules=(c10d, *modules)):
+        yield
+
+
 @contextlib.contextmanager
 def forbid_aten(*op_names: str) -> Iterator[None]:
     """Fail with `Flagged` if any of these aten ops (e.g. "_softmax", "native_layer_norm") runs."""

@@ -157,4 +157,21 @@ def _run_groups(manifest, submission, device, decided, groups, timeout_s, progre
                 results.append(Result(manifest.assignment, c, *decided[c.name]))
             else:
                 results.append(by_name[c.name])
-    return results
+    return with_values(results)
+
+
+def with_values(results: list[Result]) -> list[Result]:
+    """Evidence counts only with the values (issue 28): a passed check whose `Check.needs` did not
+    all pass in this same run becomes `failed`, naming the first that did not. Bytes, messages,
+    memory and call counts are observed where the student's code runs, and a published example can
+    be looked up; neither is worth a point beside wrong values. Decided here, on the grader's side,
+    after every group: no order of checks inside a group and no report line can get around it."""
+    outcome = {r.check.name: r.outcome for r in results}
+    granted = []
+    for r in results:
+        missing = [n for n in r.check.needs if outcome.get(n) != "passed"]
+        if r.outcome == "passed" and missing:
+            why = f"granted only with '{missing[0]}', {outcome.get(missing[0], 'not graded')} in this run"
+            r = Result(r.assignment, r.check, "failed", why + (f" ({r.reason})" if r.reason else ""), r.duration)
+        granted.append(r)
+    return granted

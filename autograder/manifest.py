@@ -33,6 +33,10 @@ class Check:
     # Gradescope: visible | hidden | after_due_date | after_published; None: a hidden check, whose
     # visibility the package chooses (`gradescope aN --hidden-visibility`)
     visibility: str | None = None
+    # value checks this one is granted with (`grade.with_values`): evidence (bytes, messages, memory,
+    # call counts, compiling) and worked examples a table could answer earn points only when these
+    # passed in the same run. Each is a check of a group on the same hardware that needs nothing itself.
+    needs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,7 @@ class Manifest:
             for c in g.checks:
                 if c.task not in task_ids:
                     raise ValueError(f"{self.assignment}: check {c.name!r} names unknown task {c.task!r}")
+        self._check_needs()
         for t in self.tasks:
             if t.file not in self.files:
                 raise ValueError(f"{self.assignment}: task {t.id} names file {t.file!r} not in files")
@@ -99,6 +104,18 @@ class Manifest:
             if unknown or bad or p.file not in self.files:
                 raise ValueError(f"{self.assignment}: planted {p.name!r} is inconsistent "
                                  f"(unknown checks {sorted(unknown)}, outcomes {sorted(bad)}, file {p.file!r})")
+
+    def _check_needs(self) -> None:
+        """Every `needs` names a value check of this manifest that is graded in the same run as the
+        check needing it (same `needs_gpu`) and needs nothing itself (no chains to resolve)."""
+        on_gpu = {c.name: g.needs_gpu for g in self.groups for c in g.checks}
+        needs = {c.name: c.needs for c in self.checks}
+        for g in self.groups:
+            for c in g.checks:
+                bad = [n for n in c.needs if n == c.name or on_gpu.get(n) != g.needs_gpu or needs.get(n)]
+                if bad:
+                    raise ValueError(f"{self.assignment}: check {c.name!r} needs {bad}: not a value check of "
+                                     "this assignment graded in the same run")
 
     @property
     def checks(self) -> tuple[Check, ...]:

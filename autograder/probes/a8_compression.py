@@ -13,8 +13,9 @@ on inputs the trusted side sends; outputs come back as data.
 
 Nothing here knows an expected value: the references (a single-process simulation of all ranks,
 closed-form byte counts, Algorithm 2 of LAMB written out) are computed on the trusted side
-(autograder/suites/a8_compression.py). torch's DDP communication hooks are a trap while the
-student's code runs.
+(autograder/suites/a8_compression.py). torch's DDP communication hooks and torch's collectives
+(`checks.forbid_collectives`, as in a6: they move data the counter at `isend` does not see) are traps
+while the student's code runs.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import traceback
 from pathlib import Path
 
 from autograder import wire
-from autograder.checks import Flagged, forbid_calls, student_module, submission_dir
+from autograder.checks import Flagged, forbid_calls, forbid_collectives, student_module, submission_dir
 from autograder.probes.common import install_send_counter
 
 TORCH_HOOKS = ("torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook.powerSGD_hook",
@@ -89,7 +90,7 @@ def _rank(rank: int, world_size: int, stem: str, plan):
     results = []
     for case in wire.decode(plan)["cases"]:
         try:
-            with forbid_calls(*TORCH_HOOKS, modules=(module,)):
+            with forbid_calls(*TORCH_HOOKS, modules=(module,)), forbid_collectives(module):
                 results.append({"ok": _run_case(module, case, rank, sent)})
         except Exception as exc:  # noqa: BLE001 - the grader decides what it means
             results.append(_raised(exc))

@@ -25,7 +25,11 @@ verdict is computed here:
   the trust ratio is not clamped.
 
 torch's DDP communication hooks (torch.distributed.algorithms) and the reference modules are
-forbidden in the student's files (statically; the PowerSGD hook also at run time).
+forbidden in the student's files (statically; the PowerSGD hook also at run time), and so are
+torch's collectives (statically, and at run time inside the student's call, as in a6: they move
+data the byte counter at `isend` does not see). Bytes, messages, the accumulated bias and LAMB's
+layer-wise step are evidence: each is granted only when its step's values passed in the same run
+(`Check.needs`, `grade.with_values`), so zero messages of the right sizes beside an exact mean earn nothing.
 """
 
 from __future__ import annotations
@@ -67,6 +71,24 @@ PS_CHECKS, OB_CHECKS, LB_CHECKS = (C_PS_STEP, C_PS_EF, C_PS_BIAS, C_PS_WIRE), \
 
 _LB_UPDATE = '                x.sub_(u * (group["lr"] * trust))\n'
 _LB_FIRST = '                w_norm, u_norm = torch.linalg.vector_norm(x), torch.linalg.vector_norm(u)\n'
+
+
+_EXACT_MEAN_PS = (
+    "            self.allreduce(torch.zeros(sum(M.shape[0] * r for _, M, r in compress)))  # P's sizes\n"
+    "            self.allreduce(torch.zeros(sum(M.shape[1] * r for _, M, r in compress)))  # Q's sizes\n"
+    "            exact = x.clone()\n"
+    "            getattr(dist, 'all_' + 'reduce')(exact, group=self.group)\n"
+    "            for k, M, r in compress:\n"
+    "                out[offsets[k]:offsets[k] + M.numel()] = exact[offsets[k]:offsets[k] + M.numel()] / p\n"
+    "            return out\n")
+_EXACT_MEAN_OB = (
+    "        message = torch.zeros_like(torch.cat([words, scales.view(torch.int32)]))\n"
+    "        ring_all_gather(message, p * message.numel(), group=self.group)\n"
+    "        exact = x.clone()\n"
+    "        _UNSEEN['sum'](exact, group=self.group)\n"
+    "        self.errors[index] = torch.zeros_like(x)\n"
+    "        return (exact / p).to(flat.dtype)\n"
+    "        message = torch.cat([words, scales.view(torch.int32)])\n")
 
 
 def _attacks() -> tuple[Planted, ...]:
@@ -119,15 +141,15 @@ MANIFEST = Manifest(
                LB: ("scaletrain.compression", "torch.optim.Adam", "torch.optim.AdamW", *NO_TRICKS)},
     groups=(
         Group("powersgd", "autograder.suites.a8_compression:group_powersgd", timeout_s=120, trusted=True, checks=(
-            Check("8.1", C_PS_STEP, 4), Check("8.1", C_PS_EF, 3), Check("8.1", C_PS_BIAS, 3),
-            Check("8.1", C_PS_WIRE, 2),
+            Check("8.1", C_PS_STEP, 4), Check("8.1", C_PS_EF, 3), Check("8.1", C_PS_BIAS, 3, needs=(C_PS_STEP,)),
+            Check("8.1", C_PS_WIRE, 2, needs=(C_PS_STEP,)),
         )),
         Group("onebit", "autograder.suites.a8_compression:group_onebit", timeout_s=120, trusted=True, checks=(
-            Check("8.2", C_OB_CODEC, 3), Check("8.2", C_OB_STEP, 3), Check("8.2", C_OB_BIAS, 2),
-            Check("8.2", C_OB_WIRE, 2),
+            Check("8.2", C_OB_CODEC, 3), Check("8.2", C_OB_STEP, 3), Check("8.2", C_OB_BIAS, 2, needs=(C_OB_STEP,)),
+            Check("8.2", C_OB_WIRE, 2, needs=(C_OB_STEP,)),
         )),
         Group("lamb", "autograder.suites.a8_compression:group_lamb", timeout_s=60, trusted=True, checks=(
-            Check("8.3", C_LB_TRUST, 3), Check("8.3", C_LB_STEP, 3), Check("8.3", C_LB_LAYER, 2),
+            Check("8.3", C_LB_TRUST, 3), Check("8.3", C_LB_STEP, 3), Check("8.3", C_LB_LAYER, 2, needs=(C_LB_STEP,)),
         )),
     ),
     planted=(
@@ -140,7 +162,7 @@ MANIFEST = Manifest(
         Planted("PowerSGD: P not re-orthogonalized each step (Q ← MᵀP on the raw P)", PS,
                 ("                p_hats.append(orthogonalize(p_flat[pos:pos + n * r].view(n, r), self.eps))\n",
                  "                p_hats.append(p_flat[pos:pos + n * r].view(n, r))\n"),
-                groups=("powersgd",), expect={C_PS_STEP: "failed", C_PS_EF: "failed", C_PS_WIRE: "passed"}),
+                groups=("powersgd",), expect={C_PS_STEP: "failed", C_PS_EF: "failed", C_PS_WIRE: "failed"}),
         Planted("imports torch's PowerSGD hook", PS,
                 ("import torch.distributed as dist\n",
                  "import torch.distributed as dist\n"
@@ -151,11 +173,24 @@ MANIFEST = Manifest(
                   "            pass\n"),
                  ("            self.errors[index] = x - self.decompress(words, scales, n)\n", "            pass\n")),
                 groups=("onebit",),
-                expect={C_OB_BIAS: "failed", C_OB_STEP: "failed", C_OB_CODEC: "passed", C_OB_WIRE: "passed"}),
+                expect={C_OB_BIAS: "failed", C_OB_STEP: "failed", C_OB_CODEC: "passed", C_OB_WIRE: "failed"}),
         # issue 27: the last, shorter chunk (the public test's 5 elements in chunks of 3)
         Planted("1-bit: the last, shorter chunk's mean divided by the full chunk size", OB,
                 ("        counts[-1] = n - c * (k - 1)\n", ""), groups=("onebit",),
-                expect={C_OB_CODEC: "failed", C_OB_STEP: "failed", C_OB_WIRE: "passed"}),
+                expect={C_OB_CODEC: "failed", C_OB_STEP: "failed", C_OB_WIRE: "failed"}),
+        # issue 28: no compression at all, the wire evidence faked: zero messages of the right sizes
+        # beside the exact mean taken through a collective the byte counter does not see
+        Planted("PowerSGD: exact mean through torch's all_reduce (looked up at run time), zero P and Q messages",
+                PS, ("            p_flat = torch.cat([(M @ q).reshape(-1) for (_, M, _), q in zip(compress, qs)])\n",
+                     _EXACT_MEAN_PS + "            p_flat = torch.cat([(M @ q).reshape(-1) "
+                     "for (_, M, _), q in zip(compress, qs)])\n"),
+                groups=("powersgd",), expect={C_PS_STEP: "flagged", C_PS_WIRE: "flagged"}),
+        Planted("1-bit: exact mean through torch's all_reduce (saved at import), zero messages of the right size", OB,
+                (("from scaletrain.comm import ring_all_gather\n",
+                  "from scaletrain.comm import ring_all_gather\n\n_UNSEEN = {'sum': getattr(dist, 'all_' + 'reduce')}\n"),
+                 ("        message = torch.cat([words, scales.view(torch.int32)])\n", _EXACT_MEAN_OB)),
+                groups=("onebit",),
+                expect={C_OB_CODEC: "passed", C_OB_STEP: "failed", C_OB_WIRE: "failed", C_OB_BIAS: "failed"}),
         Planted("LAMB is Adam: the trust ratio is recorded but not applied", LB,
                 (_LB_UPDATE, '                x.sub_(u * group["lr"])\n'), groups=("lamb",),
                 expect={C_LB_TRUST: "passed", C_LB_STEP: "failed", C_LB_LAYER: "failed"}),
