@@ -16,6 +16,10 @@ returns raw outputs. Everything that decides a verdict is here:
   what the sequence-parallel linear saved (the shard only), and what the GPT's blocks saved against
   `scaletrain.tp.activations` (Korthikanti's sbh(10 + 24/t + ...) and sbh(34/t + ...) adapted to CPU).
 
+Bytes and memory are evidence measured in the worker: the loss's memory, the GPT's bytes and the
+blocks' saved bytes are granted only when the loss's or the GPT's values passed in the same run
+(`Check.needs`, `grade.with_values`): a loss of zeros makes no whole logits either.
+
 A deadlocked collective ends after PG_TIMEOUT_S as `timeout` (the jobs after it are not run). torch's
 tensor-parallel API (DTensor, parallelize_module) and collectives are forbidden in the student files,
 statically and at run time; the wire is the course's ring (assignment a2).
@@ -140,6 +144,11 @@ def _planted() -> tuple[Planted, ...]:
         Planted("the loss gathers the whole logits", LOSS,
                 ((ce_forward, _FULL_LOGITS), (ce_backward, _FULL_LOGITS_BACKWARD)),
                 expect={C_CE: "passed", C_CE_MEM: "failed", C_GPT: "passed"}),
+        # issue 28: memory evidence beside a wrong loss (it never makes the whole logits: it makes nothing)
+        Planted("the loss is zeros (no tensor of the whole logits, no loss either)", LOSS,
+                ("        ctx.save_for_backward(probs, local, outside)\n        return loss\n",
+                 "        ctx.save_for_backward(probs, local, outside)\n        return torch.zeros_like(loss)\n"),
+                expect={C_CE: "failed", C_CE_MEM: "failed"}),
         Planted("the sequence-gather linear saves the gathered input", SEQ,
                 ("    return SequenceGatherLinear.apply(x, weight, bias, group, backend)\n",
                  "    return F.linear(gather_from_sp(x, group, backend), weight, bias)  # autograd saves (b, s, h)\n"),
@@ -189,10 +198,11 @@ MANIFEST = Manifest(
         Group("ranks", "autograder.suites.a6_tensor_parallel:group_ranks", timeout_s=300, trusted=True, checks=(
             Check("6.1", C_F, 2), Check("6.1", C_G, 2), Check("6.1", C_LAST, 1),
             Check("6.2", C_COL, 3), Check("6.2", C_ROW, 3), Check("6.2", C_MLP, 1), Check("6.2", C_GPT, 3),
-            Check("6.2", C_GPT_BYTES, 1),
-            Check("6.3", C_CE, 3), Check("6.3", C_CE_MEM, 2),
-            Check("6.4", C_SP_PAIR, 2), Check("6.4", C_SP_LIN, 2), Check("6.4", C_SP_GPT, 2), Check("6.4", C_SP_MEM, 2),
-            Check("6.4", C_SP_BYTES, 1),
+            Check("6.2", C_GPT_BYTES, 1, needs=(C_GPT,)),
+            Check("6.3", C_CE, 3), Check("6.3", C_CE_MEM, 2, needs=(C_CE,)),
+            Check("6.4", C_SP_PAIR, 2), Check("6.4", C_SP_LIN, 2), Check("6.4", C_SP_GPT, 2),
+            Check("6.4", C_SP_MEM, 2, needs=(C_GPT, C_SP_GPT)),
+            Check("6.4", C_SP_BYTES, 1, needs=(C_SP_GPT,)),
         )),
     ),
     planted=_planted(),
