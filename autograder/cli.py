@@ -16,7 +16,7 @@ from autograder.grade import UnusableSubmission, check_library_origin, grade_ass
 from autograder.manifest import REPO, all_manifests, get_manifest, hidden_suites_present
 from autograder import package_info
 from autograder.package_info import TORCH_BUILDS, VISIBILITIES, PackageError
-from autograder.release import ReleaseError, release
+from autograder.release import LEAK, ReleaseError, release
 from autograder.results import summarize, table, to_gradescope, write_json
 from autograder.runner import Result
 from autograder.untrusted import BUILD_ENV
@@ -142,14 +142,20 @@ def cmd_release(args) -> int:
     except ReleaseError as exc:
         print(f"release error: {exc}", file=sys.stderr)
         return EXIT_HARNESS
+    leaks = [p for p in problems if p.startswith(LEAK)]
+    if leaks:  # the stub or handout says what the solution writes: state the contract instead
+        print(f"release error: {len(leaks)} solution line(s) in student-facing text (docstrings and "
+              f"comments of the sources, handouts, HINTS.md, public tests, notebooks):\n  "
+              + "\n  ".join(p[len(LEAK):] for p in leaks), file=sys.stderr)
+    problems = [p for p in problems if not p.startswith(LEAK)]
     if args.check:
         if problems:
             print("stale generated files (run `python -m autograder release`):\n" + "\n".join(problems))
-            return EXIT_FAILED
-        print("release --check: every stub and solution matches its source")
-        return EXIT_OK
+        else:
+            print("release --check: every stub and solution matches its source")
+        return EXIT_FAILED if problems or leaks else EXIT_OK
     print("\n".join(problems) or "release: everything already up to date")
-    return EXIT_OK
+    return EXIT_FAILED if leaks else EXIT_OK
 
 
 def cmd_public_grade(args) -> int:

@@ -14,11 +14,14 @@ import difflib
 import re
 from pathlib import Path
 
+from autograder.leaks import code_lines, find_in, prose_lines, secret_lines, text_lines
 from autograder.manifest import REPO, Manifest, all_manifests
 from autograder.pyparse import parse_python
 
 ANSWERS_FILE = "written_answers.md"   # in each assignment folder; `submit` includes it
 ANSWER_PROMPT = "Your answer:"
+HINTS_FILE = "HINTS.md"               # in each assignment folder: optional hints, one paragraph per task
+LEAK = "solution line in student-facing text: "
 COMMENT = {".py": "#", ".cu": "//", ".cuh": "//", ".cpp": "//", ".h": "//"}
 _PY_DEF = re.compile(r"^(\s*)(?:async\s+)?def\s+(\w+)")
 _C_DEF = re.compile(r"^\S.*?\b(\w+)\s*\(")
@@ -152,7 +155,8 @@ def answers_template(manifest: Manifest, questions: list[str]) -> str:
 
 
 def release(check: bool = False, manifests: dict[str, Manifest] | None = None) -> list[str]:
-    """Write stubs and solutions; with check=True write nothing and return diffs of stale files."""
+    """Write stubs and solutions; with check=True write nothing and return diffs of stale files.
+    Either way, every solution line in its assignment's student-facing text is a problem (LEAK)."""
     manifests = manifests if manifests is not None else all_manifests()
     _check_unique_stems(manifests)
     problems: list[str] = []
@@ -170,7 +174,41 @@ def release(check: bool = False, manifests: dict[str, Manifest] | None = None) -
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(text)
                 problems.append(f"wrote {rel}")
-    return problems
+    return problems + [LEAK + leak for leak in text_leaks(manifests)]
+
+
+def course_order(name: str) -> tuple[int, str]:
+    """Where an assignment ("a1", "a1_kernels", "a1b") or a notebook ("01b_attention.ipynb") sits
+    in the course: (module number, suffix), so a1 < a1b < a2 and notebook 01b goes with a1b."""
+    m = re.match(r"a?(\d+)([a-z]*)", name)
+    return int(m.group(1)), m.group(2)
+
+
+def student_facing(manifest: Manifest) -> list[Path]:
+    """The texts a student reads besides the stubs' own words: handout, hints, public tests, the notebook."""
+    notebooks = [p for p in sorted((REPO / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
+                 if course_order(p.name) == course_order(manifest.assignment)]
+    tests = sorted((manifest.stub_dir() / "tests").glob("*.py"))
+    return [p for p in (manifest.stub_dir() / "README.md", manifest.stub_dir() / HINTS_FILE, *tests, *notebooks)
+            if p.is_file()]
+
+
+def text_leaks(manifests: dict[str, Manifest]) -> list[str]:
+    """'file:N: <solution line> (from source:N)' for every solution line that stands in the
+    student-facing text of its own assignment: its sources' docstrings and comments outside the
+    regions (what the stub keeps), the handout, HINTS.md, the public tests, the notebook
+    (autograder/leaks.py)."""
+    sources = {src: ((REPO / src).read_text(), COMMENT[Path(src).suffix])
+               for m in manifests.values() for src in m.files.values()}
+    given = set().union(*(code_lines(text, comment) for text, comment in sources.values()))
+    leaks = []
+    for m in manifests.values():
+        secret = {k: v for src in m.files.values() for k, v in secret_lines(src, *sources[src], given).items()}
+        lines = [(src, i, part) for src in m.files.values() for i, part in prose_lines(*sources[src])]
+        lines += [(p.relative_to(REPO).as_posix(), i, line)
+                  for p in student_facing(m) for i, line in enumerate(text_lines(p), 1)]
+        leaks += find_in(lines, secret)
+    return leaks
 
 
 def _check_unique_stems(manifests: dict[str, Manifest]) -> None:

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.manifest import PUBLIC_MANIFEST, REPO, Manifest, all_manifests, public_record
+from autograder.leaks import code_lines, find_in, secret_lines, text_lines
 from autograder.public import stub_markers
-from autograder.release import ANSWERS_FILE, COMMENT, ReleaseError, outputs, render
+from autograder.release import ANSWERS_FILE, COMMENT, ReleaseError, course_order, outputs, render
 
 TEMPLATES = Path(__file__).resolve().parent / "templates" / "student"
 PROBES = REPO / "autograder" / "probes"
@@ -51,13 +52,6 @@ class Plan:
         if assignment in self.solved:
             return "solved"
         return "open" if any(m.assignment == assignment for m in self.released) else "unreleased"
-
-
-def course_order(name: str) -> tuple[int, str]:
-    """Where an assignment ("a1", "a1_kernels", "a1b") or a notebook ("01b_attention.ipynb") sits
-    in the course: (module number, suffix), so a1 < a1b < a2 and notebook 01b goes with a1b."""
-    m = re.match(r"a?(\d+)([a-z]*)", name)
-    return int(m.group(1)), m.group(2)
 
 
 def make_plan(through: str | None, solutions: str | None = None) -> Plan:
@@ -297,29 +291,23 @@ def summary(out: Path, plan: Plan) -> str:
 
 # ---------------------------------------------------------------- the leak check
 
-MIN_LEAK_CHARS = 24   # shorter lines (`return out`, `}`) are shared by any two programs
-
-
-def _normal(line: str) -> str:
-    return " ".join(line.split())
-
 
 def _given_lines(plan: Plan) -> set[str]:
-    """Every normalized line of lib/ and kernels/ that ships by design: outside the SOLUTION
-    regions, and inside those of solved assignments. A region line equal to one of them (the
-    in-place copy back that the naive collectives share with the ring) gives nothing away."""
+    """Every normalized line of code in lib/ and kernels/ that ships by design: outside the
+    SOLUTION regions, and inside those of solved assignments. A region line equal to one of them
+    (the in-place copy back that the naive collectives share with the ring) gives nothing away."""
     owners = _owners()
     given = set()
     for top in ("lib", "kernels"):
         for path in repo_files(REPO / top):
             rel = path.relative_to(REPO).as_posix()
+            comment = COMMENT.get(path.suffix)
             if rel in owners:
                 m, stub_name = owners[rel]
                 folder = m.solution_dir() if plan.state(m.assignment) == "solved" else m.stub_dir()
-                text = outputs(m)[folder / stub_name]
-            else:
-                text = path.read_text(errors="replace")
-            given.update(_normal(line) for line in text.splitlines())
+                given |= code_lines(outputs(m)[folder / stub_name], comment)
+            elif comment:
+                given |= code_lines(path.read_text(errors="replace"), comment)
     return given
 
 
@@ -328,42 +316,20 @@ def solution_lines(plan: Plan) -> dict[str, str]:
     whose solution does not ship, unless it is given code elsewhere too (`_given_lines`)."""
     found: dict[str, str] = {}
     given = _given_lines(plan)
-    for rel, (m, stub_name) in _owners().items():
-        if plan.state(m.assignment) == "solved":
-            continue
-        comment = COMMENT[Path(rel).suffix]
-        inside = False
-        for i, line in enumerate((REPO / rel).read_text().splitlines(), 1):
-            tag = line.strip()
-            if tag.startswith(f"{comment} BEGIN SOLUTION") or tag.startswith(f"{comment} END SOLUTION"):
-                inside = tag.startswith(f"{comment} BEGIN")
-            elif inside and not tag.startswith(f"{comment} STUB:"):
-                key = _normal(line)
-                if len(key) >= MIN_LEAK_CHARS and key not in given:
-                    found.setdefault(key, f"{rel}:{i}")
+    for rel, (m, _) in _owners().items():
+        if plan.state(m.assignment) != "solved":
+            for key, where in secret_lines(rel, (REPO / rel).read_text(), COMMENT[Path(rel).suffix], given).items():
+                found.setdefault(key, where)
     return found
 
 
-def _text_lines(path: Path) -> list[str]:
-    """A file's lines as a reader sees them (a notebook's cell sources, not its JSON)."""
-    text = path.read_text(errors="replace")
-    if path.suffix == ".ipynb":
-        cells = json.loads(text)["cells"]
-        return [line for c in cells for line in "".join(c["source"]).splitlines()]
-    return text.splitlines()
-
-
 def find_leaks(out: Path, plan: Plan) -> list[str]:
-    """'file:line: <text> (from source:line)' for every solution line found in the built repository."""
-    secret = solution_lines(plan)
-    leaks = []
+    """'file:line: <text> (from source:line)' for every solution line found in the built
+    repository, inside any line of any file (autograder/leaks.py, the check `release` runs too)."""
+    lines = []
     for path in repo_files(out):
         try:
-            lines = _text_lines(path)
+            lines += [(path.relative_to(out).as_posix(), i, line) for i, line in enumerate(text_lines(path), 1)]
         except (UnicodeDecodeError, json.JSONDecodeError, KeyError):
             continue
-        for i, line in enumerate(lines, 1):
-            key = _normal(line)
-            if key in secret:
-                leaks.append(f"{path.relative_to(out)}:{i}: {key[:80]} (from {secret[key]})")
-    return leaks
+    return find_in(lines, solution_lines(plan))

@@ -81,7 +81,7 @@ def test_no_file_speaks_to_the_instructor(a3_repo):
     """Nothing a student reads names the staff's files (ANSWERS.md, ANCHORS.md) or tracker."""
     out, _ = a3_repo
     found = [f"{path.relative_to(out)}:{i}: {line.strip()[:80]}" for path in student.repo_files(out)
-             for i, line in enumerate(student._text_lines(path), 1) if INSTRUCTOR_ONLY_TEXT.search(line)]
+             for i, line in enumerate(student.text_lines(path), 1) if INSTRUCTOR_ONLY_TEXT.search(line)]
     assert found == []
 
 

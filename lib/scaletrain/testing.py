@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     import torch
     import torch.nn as nn
 
-__all__ = ["TOLERANCE", "rel_error", "assert_close", "agree", "agreed", "mean_gradients"]
+__all__ = ["TOLERANCE", "rel_error", "assert_close", "expect_equal", "agree", "agreed", "mean_gradients"]
 
 
 def _dtype_name(dtype) -> str:
@@ -117,6 +117,41 @@ def assert_close(actual, expected, *, rtol: float | None = None, atol: float = 0
     if not err <= bound:
         raise AssertionError(f"{what}: relative error {err / max(scale, floor):.3g} > {rtol:.1g}"
                              f"{f' + atol {atol:.1g}' if atol else ''} (max |a - e| {err:.3g}, max |e| {scale:.3g})")
+
+
+def expect_equal(got, want, *, what: str) -> None:
+    """AssertionError "{what}: got {got}, expected {want}" unless `got == want`: exact answers
+    (counts, bytes, orders, layouts), where a tolerance would hide an off-by-one. `what` names the
+    call and its configuration, e.g. "in_flight_microbatches(pp=4, num_microbatches=8)". Two
+    sequences (or dicts) also get the first index (key) where they differ."""
+    if got != want:
+        raise AssertionError(f"{what}: got {_short(got)}, expected {_short(want)}{_first_difference(got, want)}")
+
+
+def _short(value, limit: int = 240) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 5] + " ...]"
+
+
+def _first_difference(got, want) -> str:
+    if isinstance(got, dict) and isinstance(want, dict):
+        keys = [k for k in [*want, *got] if got.get(k, _MISSING) != want.get(k, _MISSING)]
+        k = keys[0]
+        return f" (first difference at key {k!r}: got {_short(got.get(k, _MISSING))}, expected {_short(want.get(k, _MISSING))})"
+    if isinstance(got, (list, tuple)) and isinstance(want, (list, tuple)):
+        k = next((k for k, (g, w) in enumerate(zip(got, want)) if g != w), min(len(got), len(want)))
+        sizes = f"lengths {len(got)} and {len(want)}; " if len(got) != len(want) else ""
+        mine, theirs = (got[k] if k < len(got) else _MISSING), (want[k] if k < len(want) else _MISSING)
+        return f" ({sizes}first difference at index {k}: got {_short(mine)}, expected {_short(theirs)})"
+    return ""
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "<nothing>"
+
+
+_MISSING = _Missing()
 
 
 def agree(error: str | None, group: Any = None) -> None:

@@ -95,7 +95,7 @@ def compile_ptx(module: ModuleType, name: str, *, arch: int = 80, storage: str =
 
 def _error(exc: Exception) -> str:
     """Where and what of a Triton CompilationError, whose message lists the kernel's source
-    between the two: "at 18:38: `row_max = tl.max(x, axis=1) + oops`: NameError(...)"."""
+    between the two: "at 18:38: `y = x * scale + oops`: NameError(...)"."""
     lines = [line for line in str(exc).splitlines() if line.strip()]
     if len(lines) < 3 or not lines[-2].strip().startswith("^"):
         return " ".join(str(exc).split())[-400:]
