@@ -39,9 +39,9 @@ def _load_scores(x_ptr, mask_ptr, rows, cols, row, col, causal_len,
     """fp32 tile x[row, col] + mask, -inf outside the row or in the causal future.
     row: [BLOCK_M] int64, col: [BLOCK_N]; rows past the end read 0 (finite, never stored).
 
-    HAS_MASK: add the mask element of (row, col), read through the MaskView strides:
-      i2 = row % m_size2, i1 = row // m_size2 % m_size1, i0 = row // (m_size2 * m_size1),
-      offset = i0 * m_stride0 + i1 * m_stride1 + i2 * m_stride2 + col * m_col_stride.
+    HAS_MASK: add the mask's element for (row, col), read in place through the m_* sizes and
+      strides: they are `MaskView`'s fields (scaletrain/ops/mask.py states where element (r, c)
+      sits). The mask may broadcast over rows and columns (strides 0): never expand it.
     CAUSAL: row r is query r % causal_len; columns after it become -inf (LightSeq's mask_future).
     """
     row_ok = row < rows
