@@ -6,11 +6,12 @@ tensor of n elements is padded with zeros to p·m elements, m = ⌈n/p⌉, and c
 
     chunk i = elements [i·m, (i+1)·m)            (the last chunks may be partly or all padding)
 
-Reduce-scatter (p-1 steps): at step s rank r sends its running sum of chunk (r-s-1) mod p and
-receives the running sum of chunk (r-s-2) mod p, adding its own copy into it. After the last step
-rank r holds chunk r summed over all ranks. All-gather (p-1 steps): at step s rank r forwards chunk
-(r-s) mod p and receives chunk (r-s-1) mod p. With p = 3 (`c1 <- {0,2}`: received chunk 1, which
-now holds the sum of ranks 0 and 2's chunk 1; diagram.py prints this for any p):
+Reduce-scatter (p-1 steps): at every step each rank passes one running sum to its successor and
+adds its own copy of a chunk into the one it receives; after the last step rank r holds chunk r
+summed over all ranks. All-gather (p-1 steps): each rank forwards one complete chunk per step,
+until every rank holds all p. Which chunk moves at which step follows from where each sum must
+end; with p = 3 (`c1 <- {0,2}`: received chunk 1, which now holds the sum of ranks 0 and 2's
+chunk 1; diagram.py prints this for any p):
 
     step       rank 0         rank 1         rank 2
     RS step 0  c1 <- {0,2}    c2 <- {0,1}    c0 <- {1,2}
@@ -152,14 +153,12 @@ def ring_reduce_scatter_chunks(chunks: list[torch.Tensor], out: torch.Tensor, ri
 
     chunks: this rank's p contiguous 1-D chunks of m elements, read only (the caller's data).
     out:    contiguous, m elements; may be `chunks[ring.rank]` itself (allreduce does that).
-    Steps s = 0..p-2: send the running sum of chunk (r-s-1) mod p to `ring.send_to` (at s = 0 that
-    is your own chunk r-1), receive the running sum of chunk (r-s-2) mod p from `ring.recv_from`
-    into a scratch buffer and add your own chunk (r-s-2) to it: that is what you send at step s+1.
-    At the last step the received chunk is chunk r: its sum goes into `out`. Call
-    `record_send(m * itemsize)` once per step. At p = 1 there is no step: `out` becomes a copy of
-    `chunks[0]`, and nothing is sent or recorded.
-    Hint: post `dist.irecv` (with `group=ring.group`) before the `dist.isend` it answers, and wait
-    on both before reusing either buffer.
+    Graded: p-1 steps, each sending one chunk's running sum (m elements) to `ring.send_to` and
+    receiving one from `ring.recv_from` (the module docstring's p = 3 table; the seminar's
+    §1.2.2); `dist.isend`/`dist.irecv` with `group=ring.group` only; each step's message recorded
+    once with `record_send`, in bytes, however many segments carry it; `chunks` unmodified
+    except `out`; every handle waited on. At p = 1 nothing is sent or recorded and `out` holds
+    `chunks[0]`. Pitfall: at p = 2 your send partner is your receive partner.
     """
     p, r, m, itemsize = ring.world_size, ring.rank, out.numel(), out.element_size()
     if p == 1:
@@ -214,12 +213,12 @@ def ring_all_gather_chunks(chunks: list[torch.Tensor], ring: Ring, recvs: list[A
     """Fill every chunk from its owner, in place: on entry `chunks[ring.rank]` is valid, on return
     all p chunks are (chunk i as rank i had it). Return `chunks`.
 
-    recvs: the handles of `post_gather_receives(chunks, ring)` when the caller posted them early
-    (ring_allreduce does); None: post them yourself, first thing.
-    Steps s = 0..p-2: send chunk (r-s) mod p to `ring.send_to` with `tag=GATHER_TAG`; the chunk
-    received at step s (into `chunks[(r-s-1) % p]`, no scratch needed) is what you send at step s+1.
-    Call `record_send(m * itemsize)` once per step. Wait on every handle before returning. At
-    p = 1 there is no step: return `chunks` as they are.
+    recvs: the handles `post_gather_receives` returned for these chunks when the caller posted
+    the receives early (ring_allreduce does); None: post them yourself, first thing.
+    Graded: p-1 steps, each forwarding one complete chunk to `ring.send_to` with
+    `tag=GATHER_TAG` and receiving one from `ring.recv_from` into its place in `chunks`; each
+    step's message recorded once with `record_send`, in bytes; every handle waited on before
+    returning. At p = 1 nothing is sent: return `chunks` as they are.
     """
     p, r = ring.world_size, ring.rank
     if p == 1:
@@ -302,9 +301,8 @@ def ring_allreduce(tensor: torch.Tensor, op: str = "sum", group: Any = None) -> 
     Reduce-scatter then all-gather on the chunks of the flattened tensor, without copying it when it
     is contiguous (chunks are views; only the padded tail chunk is a copy). A non-contiguous tensor
     is worked on as a contiguous copy and the result written back. Sends 2(p-1) messages of
-    ⌈n/p⌉·itemsize bytes. p = 1 or an empty tensor: returned unchanged, nothing sent.
-    Hint: `chunk_buffers` on the flat view, reduce-scatter into `chunks[ring.rank]` itself, divide
-    that chunk by p for "avg", all-gather, then `write_back` (and copy into a non-contiguous input).
+    ⌈n/p⌉·itemsize bytes. p = 1 or an empty tensor: returned unchanged, nothing sent. "avg"
+    divides by p exactly once. Built from your two functions above and the given chunk helpers.
     """
     _check("ring_allreduce", tensor, op)
     ring = ring_of(group)

@@ -68,7 +68,7 @@ def _rank_allreduce(rank, p):
             want = (2 * (P - 1) * m * itemsize, 2 * (P - 1)) if n else (0, 0)
             assert (sent.bytes_sent, sent.messages) == want, (
                 f"n={n} {dtype}: record_send saw {sent.bytes_sent} bytes in {sent.messages} messages, "
-                f"expected {want[0]} in {want[1]} (one record_send(m * itemsize) per ring step)")
+                f"expected {want[0]} in {want[1]} (one record_send of the chunk's bytes per ring step)")
     y = _data(rank, 12, torch.float32).view(3, 4).t()  # not contiguous: the result must land in y
     ring.ring_allreduce(y, op="avg")
     assert torch.equal(y, (_sum(12, torch.float32) / P).view(3, 4).t()), "avg of a transposed matrix"
