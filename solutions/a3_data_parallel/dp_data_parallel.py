@@ -96,8 +96,8 @@ class DataParallel(Replicated):
     # ------------------------------------------------------------ task 3.2: sync after backward
 
     def _mark_ready(self, bucket: Bucket, k: int) -> None:
-        """Copy parameter k's gradient (zeros when its .grad is None) into its slot
-        `bucket.view(k)`, set `bucket.ready[k]` and count it off `bucket.pending`.
+        """Parameter k's gradient has arrived: its slot of `bucket` holds it (zeros when its .grad
+        is None) and the bucket's bookkeeping (`ready`, `pending`, bucket.py) says so.
 
         A slot that is already ready means a second backward ran before
         finish_gradient_synchronization(): raise RuntimeError saying to call finish after each
@@ -117,10 +117,12 @@ class DataParallel(Replicated):
         bucket.pending -= 1
 
     def _launch_ready_buckets(self) -> None:
-        """Launch, in index order, every bucket from `self._next_bucket` on whose gradients have
-        all arrived (`pending == 0`): `bucket.launch(self._allreduce)`, then advance
-        `self._next_bucket`. Stop at the first bucket still waiting for a gradient, even if a
-        later one is full: every rank must start the same allreduces in the same order.
+        """Launch with `self._allreduce` every bucket that may start now, each once per round.
+
+        Invariant graded (Li et al. 2020, §3.2.3 "Bucketing" and its ordering requirement): every
+        rank starts the same allreduces in the same order whatever order its gradients arrive
+        in, so a full bucket never overtakes an earlier one still waiting for a gradient;
+        `self._next_bucket` stays the first bucket not launched this round.
         """
         while self._next_bucket < len(self.buckets) and self.buckets[self._next_bucket].pending == 0:
             self.buckets[self._next_bucket].launch(self._allreduce)
@@ -129,12 +131,12 @@ class DataParallel(Replicated):
     def finish_gradient_synchronization(self) -> None:
         """After backward: make every synchronized parameter's .grad the mean over the ranks.
 
-        1. Mark ready every slot whose gradient has not arrived (a parameter unused in this step,
-           or every slot when no hooks are registered) and launch the remaining buckets in order.
-        2. For each bucket: `bucket.wait(self.timeout_s)`, divide its buffer by `dp_world_size`
-           (the allreduce sums), copy each slot back into its parameter's .grad (create the
-           .grad when it is None), and `bucket.reset()` for the next round.
-        3. Start the next round at bucket 0.
+        Graded: every bucket is launched (in order, as above) and waited on (`self.timeout_s`)
+        exactly once per round, including buckets whose gradients never arrived (a parameter
+        unused in this step, or every parameter when no hooks are registered: its slot counts
+        as zeros); the allreduce sums, the .grad you leave is the mean (created when None); the
+        buckets and `_next_bucket` are ready for the next round afterwards. Pitfall: a bucket one
+        rank never launches hangs every other rank in its allreduce.
         Inside `no_sync()` it does nothing. After your part, a parameter that no rank used gets
         its .grad = None back (`_unused_to_none`, naive.py), as torch DDP leaves it.
         """
