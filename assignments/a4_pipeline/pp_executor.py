@@ -144,22 +144,23 @@ class PipelineExecutor:
 
     def _forward(self, s: int, i: int, received: torch.Tensor | None) -> None:
         """F(s, i). `received`: stage s-1's output for microbatch i (None on stage 0, whose input is
-        `self._inputs[i]`). Run `self.stages[s]`; on the last stage turn the output into
-        `self.loss_fn(y, self._targets[i]) / self.m`, record its unscaled value in
-        `self.losses[i]` (a float), else send the output with
-        `self.comm.send(sends(Action(s, F, i), self.num_stages), y)`. Keep (input, output) in
-        `self._stash[(s, i)]` for the backward: the input must be a leaf that requires grad
-        (`received.requires_grad_()`) so that its gradient can be sent back. Stage 0's input is
-        data: it needs no gradient and stage 0 sends nothing back.
+        `self._inputs[i]`). Contract: `self.stages[s]` runs on the input; a middle stage's output
+        goes to the next stage through `self.comm.send`, addressed by the message `sends` gives
+        for this action; on the last stage the output becomes microbatch i's loss
+        (`self.loss_fn` against `self._targets[i]`), its value recorded in `self.losses[i]`
+        (a float). `self._stash[(s, i)]` keeps (input, output) for the backward, which must be
+        able to send the input's gradient back. Graded: the gradients accumulated over the m
+        microbatches equal one process's on the whole batch's mean loss (module docstring).
         """
         raise NotImplementedError('a4 task 4.4: implement `_forward` (see assignments/a4_pipeline/README.md)')
 
     def _backward(self, s: int, i: int, received: torch.Tensor | None) -> None:
         """B(s, i). `received`: dL/dy of this stage's output (None on the last stage, where y is
-        the loss). Backpropagate from the stashed output (`torch.autograd.backward(outputs,
-        grad_tensors)`), which accumulates the weight gradients in `.grad`; send dL/dx, the input's
-        `.grad`, with `self.comm.send(sends(Action(s, B, i), self.num_stages), ...)` unless s = 0;
-        pop the stash entry so the activations are freed now.
+        the loss). Contract: the weight gradients of stage s accumulate in `.grad`; dL/dx of the
+        stage's input goes to the previous stage through `self.comm.send`, addressed by the
+        message `sends` gives for this action (stage 0's input is data: nothing goes back);
+        the stash entry of (s, i) is gone afterwards, so its activations are freed now (graded:
+        `in_flight` is empty after a step and never holds more than the schedule's peak).
         """
         raise NotImplementedError('a4 task 4.4: implement `_backward` (see assignments/a4_pipeline/README.md)')
 

@@ -112,18 +112,15 @@ def _check_local_order(schedule: Schedule) -> None:
 def _dry_run(schedule: Schedule, num_stages: int) -> None:
     """Walk every rank's list as the executor would; raise `ScheduleError` if a rank cannot finish.
 
-    State: `cursor[r]`, the index of rank r's next action, and `channels[(src, dst)]`, a deque of
-    the messages rank src has sent to rank dst that dst has not received yet (first in, first
-    out; ranks from `stage_rank`). Sweep over the ranks until a sweep moves no rank; in a sweep,
-    each rank runs actions while it can:
-      * an action whose `receives(a, num_stages)` is a message can run only if that message is
-        at the head of its channel (then pop it): anything else there means the receive would
-        wait forever, or take the wrong tensor on a transport that matches in order;
-      * after running, the message of `sends(a, num_stages)`, if any, is appended to its channel
-        (a send never blocks: the executor posts `isend` and moves on).
-    If some rank's cursor did not reach the end of its list, raise `ScheduleError(message,
-    rank=r, action=a)`: r is the lowest stalled rank, a its stalled action, and the message is
-    "schedule deadlocks:" followed by one indented line per stalled rank (`_why_stalled`).
+    The model of the transport (the executor's, messages.py): each ordered pair of ranks is one
+    first-in first-out channel; a send never blocks (the executor posts `isend` and moves on);
+    an action whose `receives(a, num_stages)` is a message can run only when that message is
+    the next one on its channel: anything else there means the receive would wait forever, or
+    take the wrong tensor on a transport that matches in order. Ranks run in any interleaving.
+    Raise iff some rank can never finish its list: `ScheduleError(message, rank=r, action=a)`,
+    r the lowest stalled rank, a its stalled action, the message "schedule deadlocks:" followed
+    by one indented line per stalled rank (`_why_stalled` writes one). Graded on valid schedules
+    of every kind, hidden deadlocks and out-of-order receives; a valid schedule returns None.
     """
     raise NotImplementedError('a4 task 4.3: implement `_dry_run` (see assignments/a4_pipeline/README.md)')
 

@@ -89,14 +89,15 @@ def gpipe(p: int, m: int) -> Schedule:
 def one_f_one_b(p: int, m: int) -> Schedule:
     """1F1B, PipeDream-Flush (Narayanan et al., 2021): same bubble as GPipe, peak in-flight p - r.
 
-    Three phases on rank r (Megatron's non-interleaved schedule):
-      warm-up    p - r - 1 forwards, enough to fill the pipeline below this rank;
-      steady     m - (p - r - 1) pairs "F(next), B(oldest)": each backward frees one microbatch
-                 as the next forward creates one, so at most p - r microbatches are in flight;
-      cool-down  the p - r - 1 backwards still owed.
-    Needs m >= p (with fewer, the warm-up never ends and it is GPipe): reject smaller m with
-    `_check_sizes("one_f_one_b", p, m, needs_m_ge_p=True)`. Returns {r: rank r's list of
-    `Action(r, kind, microbatch)`}; e.g. p=3, m=4, rank 1: F0 F1 B0 F2 B1 F3 B2 B3.
+    Three phases on each rank (Megatron's non-interleaved schedule; the seminar notes §1.2.3.2,
+    Narayanan et al. 2021 §2.2.1 and Figure 4, top): a warm-up of forwards that fills the
+    pipeline below the rank, a steady state alternating one forward with one backward, a
+    cool-down of the backwards still owed. How long each phase is on rank r is yours to derive.
+    Graded: `validate` accepts it; rank r holds at most p - r microbatches in flight (its peak);
+    the bubble equals GPipe's; the order is Megatron's, e.g. p=3, m=4, rank 1:
+    F0 F1 B0 F2 B1 F3 B2 B3. Returns {r: rank r's list of `Action(r, kind, microbatch)`}. Needs
+    m >= p (with fewer, the warm-up never ends and it is GPipe): a ValueError whose message says
+    "m >= p" and gives both values (the given `_check_sizes` has an option for this).
     """
     # BEGIN SOLUTION
     _check_sizes("one_f_one_b", p, m, needs_m_ge_p=True)
@@ -115,18 +116,16 @@ def one_f_one_b(p: int, m: int) -> Schedule:
 def interleaved_1f1b(p: int, m: int, v: int) -> Schedule:
     """Interleaved 1F1B (Narayanan et al., 2021, section 2.2.2): v chunks per rank, bubble / v.
 
-    Rank r holds stages r, r + p, ..., r + (v-1)p. It walks its m*v "virtual microbatches" in
-    groups of p microbatches per chunk; the k-th forward and the k-th backward of rank r are
-
-        forward k :  chunk (k // p) % v,          microbatch (k // (p*v)) * p + k % p
-        backward k:  chunk v - 1 - (k // p) % v,  same microbatch formula
-
-    (the backward visits chunks last to first: gradients flow from the last stage down).
-    Warm-up: 2(p - r - 1) + (v - 1)p forwards (Megatron's count; min with m*v), then pairs
-    "forward k, backward j", then the backwards still owed. Needs m to be a multiple of p, so
-    that the groups of p microbatches tile m exactly: raise a ValueError that says so for other
-    m (and for v < 2, which is one_f_one_b). Returns {r: rank r's list of
-    `Action(stage, kind, microbatch)`}, stage = r + chunk * p.
+    Rank r holds stages r, r + p, ..., r + (v-1)p and runs m*v forwards and m*v backwards of
+    its chunks. Megatron's order (the paper's §2.2.2 and Figure 4, bottom; the seminar notes
+    §1.2.3.3): microbatches go through a chunk in groups of p before the rank moves to its next
+    chunk, backwards visit the chunks last to first (gradients flow from the last stage down),
+    and the phases are 1F1B's with a longer warm-up. Which (chunk, microbatch) the k-th forward
+    and the k-th backward of rank r are, and how long the warm-up is, are yours to derive.
+    Graded: `validate` accepts it; the bubble is (p - 1)/(v·m + p - 1); rank r holds no more
+    chunk outputs in flight than the handout's bound; the order matches Megatron's. Returns
+    {r: rank r's list of `Action(stage, kind, microbatch)`}. Needs m to be a multiple of p (the
+    groups of p tile m exactly) and v >= 2 (v = 1 is one_f_one_b): a ValueError saying so.
     """
     _check_sizes("interleaved_1f1b", p, m, v)
     # BEGIN SOLUTION
