@@ -86,11 +86,37 @@ def compile_triton(stem: str, kernel: str) -> int:
     return len(unwrap_stub(compile_fused)(kernels_of(stem), kernels=(kernel,)))
 
 
-def time_batch(op: str, args: list, *, reps: int) -> None:
-    """`reps` calls of the grader's wrapper on the student's kernels, on the GPU, then a sync;
-    the trusted side's clock times this call (outputs checked separately, by `run`)."""
-    args = [a.cuda() if isinstance(a, torch.Tensor) else a for a in args]
-    fn = getattr(graft(WRAPPERS[op], KERNELS[WRAPPERS[op]], False), op)
-    for _ in range(reps):
-        fn(*args)
-    torch.cuda.synchronize()
+_SPEED_INPUTS: dict = {}
+
+
+def time_batch(direction: str, *, seed: int, reps: int, positions=None, device: str = "cuda",
+               interpret: bool = False, **shape):
+    """`reps` calls of `direction` ("fwd": the grader's attention_fwd; "fwd+bwd": attention_fwd
+    then attention_bwd, as the autograd Function runs them) on the student's kernels, on
+    attention_benchmark.speed_inputs(GRADED | shape, seed=seed) made and kept here (32 MB tensors never
+    cross the wire: their encoding swamped the kernels' milliseconds, issue 29), then a sync; the
+    trusted side's clock times this call.  Returns the last O (fwd) or dQ (fwd+bwd) at `positions`."""
+    from scaletrain.ops.attention_benchmark import GRADED, batch_seconds, speed_inputs
+
+    spec = {**GRADED, **shape}
+    key = (seed, device, tuple(sorted(spec.items())))
+    if key not in _SPEED_INPUTS:
+        _SPEED_INPUTS.clear()
+        q, k, v, do = speed_inputs(spec, device=device, seed=seed)
+        _SPEED_INPUTS[key] = tuple(t.view(-1, *t.shape[2:]) for t in (q, k, v, do))  # (batch x heads, n, d)
+    grader = graft(WRAPPERS["attention_fwd"], KERNELS["attention_triton"], interpret)
+    last = []  # only the last output stays alive, as in a plain loop
+
+    def call(*args):
+        last[:] = [_fwd_bwd(grader, direction, spec["causal"], *args)]
+    batch_seconds(call, _SPEED_INPUTS[key], reps)
+    if not last or positions is None:
+        return None
+    return last[0].flatten()[torch.as_tensor(positions, device=last[0].device)]
+
+
+def _fwd_bwd(grader, direction: str, causal: bool, q, k, v, do):
+    o, lse = unwrap_stub(grader.attention_fwd)(q, k, v, causal)
+    if direction == "fwd":
+        return o
+    return unwrap_stub(grader.attention_bwd)(do, q, k, v, o, lse, causal)[0]

@@ -19,7 +19,6 @@ matrix" flags any tensor of n x n elements made during the kernel call.
 
 from __future__ import annotations
 
-import statistics
 import time
 
 from autograder import checks
@@ -302,74 +301,87 @@ def group_compile_triton(ctx):
 
 
 # ---- GPU only ---------------------------------------------------------------------------------
-SPEED_SHAPE = (64, 4096, 64)  # batch x heads, n, head dim: ~1 GFLOP per head-batch forward
+# attention_benchmark.GRADED (batch 4 x 16 heads, n = 4096, head dim 64, fp16): bench attention's row
 SPEED_PAIRS, SPEED_REPS = 5, 10
+SAMPLES = 512  # positions of each timed batch's last output that are checked
 
 
-def _sdpa_seconds(args, backend, reps, backward):
+def _student_timer(ctx, direction: str, seed: int, expected):
+    """reps -> seconds per call of the student's `direction` in the worker on the seed's inputs
+    (made there): a batch of `reps` timed from here, less an empty batch (the worker call's own
+    cost); each batch's last output is sampled and checked against `expected` (flat)."""
+    import random
+
     import torch
-    import torch.nn.functional as F
-    from torch.nn.attention import sdpa_kernel
+    from scaletrain.ops.testing import TOLERANCE, assert_rel_close
 
-    q, k, v = (t.detach().requires_grad_(backward) for t in args[:3])
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    with sdpa_kernel(backend):
-        for _ in range(reps):
-            out = F.scaled_dot_product_attention(q, k, v)
-            if backward:
-                out.backward(torch.ones_like(out))
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / reps
+    from scaletrain.ops.attention_benchmark import GRADED
+
+    worker, rng = ctx.untrusted(), random.Random(seed)
+    kw = dict(direction=direction, seed=seed, device=ctx.device, **GRADED)  # the worker makes what we make
+
+    def seconds(reps: int) -> float:
+        positions = [rng.randrange(expected.numel()) for _ in range(SAMPLES)]
+        start = time.perf_counter()
+        worker.call(PROBE + "time_batch", reps=0, **kw)
+        middle = time.perf_counter()
+        sample = worker.call(PROBE + "time_batch", reps=reps, positions=positions, **kw)
+        end = time.perf_counter()
+        assert_rel_close(sample.to(expected.device), expected[torch.as_tensor(positions, device=expected.device)],
+                         tol=4 * TOLERANCE[torch.float16], what=f"attention {direction}: the timed calls' output")
+        return max((end - middle) - (middle - start), 1e-9) / reps
+    return seconds
 
 
-def _student_seconds(worker, op, args, reps):
-    start = time.perf_counter()
-    worker.call(PROBE + "time_batch", op, args, reps=0)
-    middle = time.perf_counter()
-    worker.call(PROBE + "time_batch", op, args, reps=reps)
-    end = time.perf_counter()
-    return max((end - middle) - (middle - start), 1e-9) / reps
+def _expected(direction: str, seed: int, device: str):
+    """The graded inputs' O (fwd) or dQ (fwd+bwd), flat, by SDPA's flash path (or its stand-in)."""
+    from scaletrain.ops.attention_benchmark import GRADED, forward_backward, sdpa_paths, speed_inputs
+
+    q, k, v, do = speed_inputs(GRADED, device=device, seed=seed, grad=direction != "fwd")
+    paths = sdpa_paths(q, k, v, causal=GRADED["causal"], backward=direction != "fwd")
+    fn = paths["flash"][0] or paths["math"][0]
+    if direction == "fwd":
+        return fn(q, k, v).detach().flatten()
+    forward_backward(fn)(q, k, v, do)
+    return q.grad.flatten()
+
+
+def _speed(ctx, direction: str) -> tuple[dict, str]:
+    """attention_benchmark.graded_speed (bench attention's protocol) with the student's side in
+    the worker; and a one-line summary naming any SDPA path that stood in for another."""
+    from scaletrain.ops.attention_benchmark import graded_speed
+
+    seed = checks.trial_seeds(1, salt=30)[0]
+    timer = _student_timer(ctx, direction, seed, _expected(direction, seed, ctx.device))
+    row = graded_speed(timer, direction, seed=seed, pairs=SPEED_PAIRS, reps=SPEED_REPS, device=ctx.device)
+    flash = "no flash path" if row["x flash"] is None else f"{row['x flash']:.2f}x flash"
+    notes = "".join(f"; {note}" for note in row["notes"])
+    return row, f"{row['seconds'] * 1e3:.2f} ms, {row['x math']:.2f}x math, {flash}{notes}"
+
+
+def _after_correctness(ctx, trial, *args, **kwargs) -> None:
+    try:
+        trial(ctx, *args, **kwargs)
+    except (AssertionError, NotImplementedError) as exc:
+        ctx.skip(f"graded after correctness, which failed: {str(exc).splitlines()[0]}")
 
 
 def group_gpu_speed(ctx):
-    """Correctness first (the checked shapes on the device), then alternating timed batches of
-    the student's kernels (clocked here, around the worker call, less an empty call) and of
-    torch's SDPA paths; medians of the ratios.  > 10x the flash path is flagged."""
-    import torch
-    from torch.nn.attention import SDPBackend
-
+    """Correctness first (the checked shapes on the device), then graded_speed: the student's
+    kernels in the worker (clocked here, around the worker call, less an empty call) alternating
+    with SDPA's math and flash paths here, on the same inputs; medians of the ratios.  An SDPA path
+    that cannot run the inputs is replaced, and the output says by what and why; without any
+    flash path only the math target is graded.  > 10x the flash path is flagged."""
     _start(ctx)
-    worker = ctx.untrusted()
-    bh, n, d = SPEED_SHAPE
-    gen = torch.Generator().manual_seed(checks.trial_seeds(1, salt=30)[0])
-    q, k, v, do = (torch.randn(bh, n, d, generator=gen).half().cuda() for _ in range(4))
     with ctx.check(SPEED["1b.1"]):
-        try:
-            attention_forward(ctx, 3, 1000, 1000, 64, causal=True, dtype="fp16")
-        except (AssertionError, NotImplementedError) as exc:
-            ctx.skip(f"graded after correctness, which failed: {str(exc).splitlines()[0]}")
-        mine, vs_math, vs_flash = [], [], []
-        for _ in range(SPEED_PAIRS):
-            mine.append(_student_seconds(worker, "attention_fwd", [q, k, v, False], SPEED_REPS))
-            vs_math.append(_sdpa_seconds((q, k, v), SDPBackend.MATH, SPEED_REPS, False) / mine[-1])
-            vs_flash.append(_sdpa_seconds((q, k, v), SDPBackend.FLASH_ATTENTION, SPEED_REPS, False) / mine[-1])
-        x_math, x_flash = statistics.median(vs_math), statistics.median(vs_flash)
-        summary = f"{statistics.median(mine) * 1e3:.2f} ms, {x_math:.2f}x math, {x_flash:.2f}x flash"
-        if x_flash > 10:
+        _after_correctness(ctx, attention_forward, 3, 1000, 1000, 64, causal=True, dtype="fp16")
+        row, summary = _speed(ctx, "fwd")
+        if row["x flash"] is not None and row["x flash"] > 10:
             raise checks.Flagged(f"implausible timing: {summary}")
-        assert x_math >= 2.0 and x_flash >= 0.7, f"too slow: {summary}"
+        assert row["x math"] >= 2.0 and (row["x flash"] is None or row["x flash"] >= 0.7), f"too slow: {summary}"
         ctx.note(summary)
     with ctx.check(SPEED["1b.2"]):
-        try:
-            attention_backward(ctx, 1, 1000, 64, causal=True, dtype="fp16")
-        except (AssertionError, NotImplementedError) as exc:
-            ctx.skip(f"graded after correctness, which failed: {str(exc).splitlines()[0]}")
-        o, lse = worker.call(PROBE + "run", "attention_fwd", [q, k, v, False], interpret=False, device="cuda")
-        ratios = []
-        for _ in range(SPEED_PAIRS):
-            fwd = _student_seconds(worker, "attention_fwd", [q, k, v, False], SPEED_REPS)
-            bwd = _student_seconds(worker, "attention_bwd", [do, q, k, v, o, lse, False], SPEED_REPS)
-            ratios.append(_sdpa_seconds((q, k, v), SDPBackend.MATH, SPEED_REPS, True) / (fwd + bwd))
-        assert statistics.median(ratios) >= 2.0, f"too slow: {statistics.median(ratios):.2f}x math"
-        ctx.note(f"{statistics.median(ratios):.2f}x SDPA's math path, forward + backward")
+        _after_correctness(ctx, attention_backward, 1, 1000, 64, causal=True, dtype="fp16")
+        row, summary = _speed(ctx, "fwd+bwd")
+        assert row["x math"] >= 2.0, f"too slow: {summary}"
+        ctx.note(f"forward + backward: {summary}")

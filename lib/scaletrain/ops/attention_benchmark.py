@@ -20,16 +20,25 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
+import statistics
+import time
+import warnings
 
 import torch
 
 from scaletrain import bench
 from scaletrain.ops import attention_naive, traffic
 
-__all__ = ["main", "speed_rows", "bytes_rows"]
+__all__ = ["main", "speed_rows", "bytes_rows", "GRADED", "speed_inputs", "sdpa_paths", "forward_backward",
+           "batch_seconds", "graded_speed", "local_student", "graded_rows"]
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 HEAD_DIM = 64
+# a1b's speed checks: the n = 4096 row of the table below (batch 4 x 16 heads, fp16, not causal)
+GRADED = {"batch": 4, "heads": 16, "n": 4096, "dtype": "fp16", "causal": False}
+# SDPA's paths, and what stands in for one that cannot run the inputs (device, dtype, head dim)
+_PATHS = {"math": ("MATH",), "flash": ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION")}
 
 
 def _saved(fn) -> int:
@@ -69,37 +78,132 @@ def _flops(n: int, bh: int, causal: bool, direction: str) -> float:
     return fwd if direction == "fwd" else 3.5 * fwd  # forward + backward (2.5x)
 
 
+def speed_inputs(spec: dict, *, device: str, seed: int | None = None, grad: bool = False) -> tuple[torch.Tensor, ...]:
+    """(q, k, v, do) of spec's dtype, contiguous (batch, heads, n, HEAD_DIM) as in GRADED: 4-D, as
+    SDPA's flash path requires (a1b's check handed it (batch x heads, n, d) and got "No available
+    kernel" on an H200, issue 29).  From `seed` when given: the grader and its worker make the same."""
+    shape, dtype = (spec["batch"], spec["heads"], spec["n"], HEAD_DIM), spec["dtype"]
+    gen = None if seed is None else torch.Generator().manual_seed(seed)
+    make = (lambda: torch.randn(shape, device=device)) if gen is None else (lambda: torch.randn(shape, generator=gen))
+    return tuple(make().to(device=device, dtype=DTYPES[dtype]).requires_grad_(grad and i < 3) for i in range(4))
+
+
+def _sdpa(backend, causal: bool):
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+
+    def run(q, k, v):
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return run
+
+
+def sdpa_paths(q, k, v, *, causal: bool, backward: bool = False) -> dict[str, tuple]:
+    """{"math": (fn, note), "flash": (fn or None, note)}: SDPA restricted to each path, tried on
+    one head of these inputs (their dtype, layout, head dim, device).  A path that cannot run them
+    gives way to the next of _PATHS, and `note` says which ran and why ('' when the path itself)."""
+    from torch.nn.attention import SDPBackend
+
+    out = {}
+    for name, choices in _PATHS.items():
+        refused = []
+        for choice in choices:
+            fn = _sdpa(getattr(SDPBackend, choice), causal)
+            why = _refusal(fn, q, k, v, backward)
+            if why:
+                refused.append(f"{choice}: {why}")
+                continue
+            out[name] = (fn, f"{name} = {choice} ({'; '.join(refused)})" if refused else "")
+            break
+        else:
+            out[name] = (None, f"no {name} path for these inputs ({'; '.join(refused)})")
+    return out
+
+
+def _refusal(fn, q, k, v, backward: bool) -> str:
+    """'' if fn runs (and its backward, when asked) on one head of q, k, v; else why not: torch's
+    warnings name the reason ("requires ... 4 dimensional"), its error only "No available kernel"."""
+    one = [t[:1, :1].detach().requires_grad_(backward) for t in (q, k, v)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            out = fn(*one)
+            if backward:
+                out.sum().backward()
+            return ""
+        except RuntimeError as exc:
+            said = [str(w.message).split(" (Triggered internally")[0] for w in caught]
+            said = [m for m in dict.fromkeys(said) if not m.endswith("because:")]
+            return " / ".join(said)[:300] or str(exc).splitlines()[0][:120]
+
+
+def forward_backward(fn):
+    """fn(q, k, v) then the backward of its output with do: what "fwd+bwd" times everywhere."""
+    return lambda q, k, v, do: fn(q, k, v).backward(do)
+
+
+def batch_seconds(fn, args: tuple, reps: int) -> float:
+    """Seconds per call of `reps` calls of fn(*args) (reps = 0: the sync alone), on the wall clock
+    with the device synchronized at both ends: the clock a1b's grader has around its worker."""
+    sync = torch.cuda.synchronize if args[0].is_cuda else (lambda: None)
+    sync()
+    start = time.perf_counter()
+    for _ in range(reps):
+        fn(*args)
+    sync()
+    return (time.perf_counter() - start) / max(reps, 1)
+
+
+def graded_speed(student, direction: str, *, seed: int, spec: dict | None = None, pairs: int = 5, reps: int = 10,
+                 device: str = "cuda") -> dict:
+    """a1b's speed protocol, shared by its checks and `bench attention`: `student(reps)` returns
+    seconds per call of `direction` ("fwd" or "fwd+bwd") on speed_inputs(spec, seed=seed) (made
+    again wherever it runs; spec: GRADED by default); one warm-up batch of each, then `pairs`
+    rounds alternating the student's batch with a batch of each SDPA path on the same inputs
+    (batch_seconds).  Returns the median seconds, the medians of the per-round ratios ("x math",
+    "x flash": None without a flash path) and sdpa_paths' notes (what stood in for a path, why)."""
+    spec = {**GRADED, **(spec or {})}
+    args = speed_inputs(spec, device=device, seed=seed, grad=direction != "fwd")
+    paths = sdpa_paths(*args[:3], causal=spec["causal"], backward=direction != "fwd")
+    base = {name: (fn if direction == "fwd" else forward_backward(fn)) for name, (fn, _) in paths.items() if fn}
+    args = args[:3] if direction == "fwd" else args
+    timers = {"student": student, **{name: functools.partial(batch_seconds, fn, args) for name, fn in base.items()}}
+    rounds = []
+    with torch.no_grad() if direction == "fwd" else contextlib.nullcontext():
+        for timer in timers.values():  # warm-up: compilation, allocation
+            timer(1)
+        for i in range(pairs):
+            order = list(timers) if i % 2 == 0 else list(timers)[::-1]
+            rounds.append({who: timers[who](reps) for who in order})
+    mine = [r["student"] for r in rounds]
+    x = {name: statistics.median(r[name] / r["student"] for r in rounds) for name in base}
+    return {"seconds": statistics.median(mine), "x math": x.get("math"), "x flash": x.get("flash"),
+            "notes": [note for _, note in paths.values() if note]}
+
+
 def speed_rows(ns=(512, 1024, 2048, 4096), *, dtype=torch.float16, causal: bool = False, reps: int = 10,
                batch: int = 4, heads: int = 16) -> list[dict]:
     """GPU only: one row per (n, direction) with times, TFLOP/s, speedups vs math and flash, memory."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    import torch.nn.functional as F
-
     from scaletrain.ops import attention
 
-    def sdpa(backend):
-        def run(q, k, v):
-            with sdpa_kernel(backend):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-        return run
-
+    dname = next(k for k, v in DTYPES.items() if v == dtype)
+    probe = speed_inputs({"batch": 1, "heads": 1, "n": 128, "dtype": dname}, device="cuda")[:3]
+    paths = sdpa_paths(*probe, causal=causal)
     impls = {"triton": lambda q, k, v: attention(q, k, v, causal=causal, backend="triton"),
-             "math": sdpa(SDPBackend.MATH), "flash": sdpa(SDPBackend.FLASH_ATTENTION)}
+             "math": paths["math"][0], "flash": paths["flash"][0] or paths["math"][0]}
     with contextlib.suppress(Exception):  # the CUDA C++ kernels, when they build here
         attention(*(torch.randn(1, 1, 8, HEAD_DIM, device="cuda", dtype=dtype) for _ in range(3)), backend="cuda")
         impls["cuda"] = lambda q, k, v: attention(q, k, v, causal=causal, backend="cuda")
     rows = []
     for n in ns:
-        def setup(grad=False):
-            q, k, v = (torch.randn(batch, heads, n, HEAD_DIM, device="cuda", dtype=dtype, requires_grad=grad)
-                       for _ in range(3))
-            return (q, k, v) if not grad else (q, k, v, torch.randn_like(q))
+        spec = {"batch": batch, "heads": heads, "n": n, "dtype": dname}
         for direction in ("fwd", "fwd+bwd"):
             if direction == "fwd":
-                cands, make = dict(impls), setup
+                cands = dict(impls)
+                make = lambda: speed_inputs(spec, device="cuda")[:3]  # noqa: E731
             else:
-                cands = {name: (lambda f: lambda q, k, v, do: f(q, k, v).backward(do))(f) for name, f in impls.items()}
-                make = lambda: setup(grad=True)  # noqa: E731
+                cands = {key: forward_backward(f) for key, f in impls.items()}
+                make = lambda: speed_inputs(spec, device="cuda", grad=True)  # noqa: E731
             with torch.no_grad() if direction == "fwd" else contextlib.nullcontext():
                 comps = bench.compare_many(cands, "flash", setup=make, reps=reps, device="cuda")
             for name, comp in comps.items():
@@ -114,6 +218,32 @@ def speed_rows(ns=(512, 1024, 2048, 4096), *, dtype=torch.float16, causal: bool 
                              "vs math": 1 / vs_math.ratio, "vs flash": 1 / comp.ratio,
                              "peak MB": _peak_mb(cands[name], make) if direction == "fwd+bwd" else None,
                              "math peak MB": _peak_mb(cands["math"], make) if direction == "fwd+bwd" else None})
+    return rows
+
+
+def local_student(direction: str, *, seed: int, spec: dict | None = None, backend: str = "triton",
+                  device: str = "cuda"):
+    """reps -> seconds per call of scaletrain.ops.attention(backend) in this process on the inputs
+    graded_speed makes: the student's side of a1b's checks, without the grader's worker."""
+    from scaletrain.ops import attention
+
+    spec = {**GRADED, **(spec or {})}
+    args = speed_inputs(spec, device=device, seed=seed, grad=direction != "fwd")
+    fn = functools.partial(attention, causal=spec["causal"], backend=backend)
+    if direction == "fwd":
+        return functools.partial(batch_seconds, fn, args[:3])
+    return functools.partial(batch_seconds, forward_backward(fn), args)
+
+
+def graded_rows(*, seed: int = 0, spec: dict | None = None, backend: str = "triton", device: str = "cuda",
+                pairs: int = 5, reps: int = 10) -> list[dict]:
+    """a1b's two speed checks as its grader runs them (graded_speed), the kernels in this process."""
+    rows = []
+    for direction in ("fwd", "fwd+bwd"):
+        student = local_student(direction, seed=seed, spec=spec, backend=backend, device=device)
+        row = graded_speed(student, direction, seed=seed, spec=spec, pairs=pairs, reps=reps, device=device)
+        rows.append({"direction": direction, "impl": backend, "ms": row["seconds"] * 1e3, "x math": row["x math"],
+                     "x flash": row["x flash"], "notes": "; ".join(row["notes"])})
     return rows
 
 
@@ -169,4 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nGPU {torch.cuda.get_device_name()}, batch 4 x 16 heads, head dim {HEAD_DIM}, {args.dtype}: "
           "targets >= 2x math at n >= 1024, >= 0.7x flash forward")
     print(bench.format_table(speed))
+    print(f"\na1b's speed checks as graded ({GRADED}; attention_benchmark.graded_speed, the kernels in this "
+          "process): >= 2x math, forward >= 0.7x flash")
+    print(bench.format_table(graded_rows(reps=5 if args.quick else 10)))
     return 0
