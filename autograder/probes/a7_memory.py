@@ -8,9 +8,9 @@ trusted side sends; outputs come back as data.
   parameters and the scale after every step, and the steps it skipped.
 - `checkpoint_run`: the student's `checkpoint` around a block built from a spec (`build_block`,
   shared with the trusted side), under a given RNG seed: output, gradients, input gradients, the
-  next random numbers drawn afterwards, the bytes autograd holds after the forward and at the
-  peak (`scaletrain.memory_measure.track_saved_tensors`, observed here in the worker), and how many
-  times the block ran in forward and in backward. torch.utils.checkpoint is a trap while it runs.
+  next random numbers drawn afterwards, the storages made during the forward that are still alive
+  after it (`_storages_made`), and how many times the block ran in forward and in backward, with
+  grad or without. torch.utils.checkpoint is a trap while it runs.
 - `plans`: the student's `plan_rotor` on chains given as data, each answer a plan as nested
   tuples (`schedule.to_data`), or the ValueError it raised.
 
@@ -19,6 +19,9 @@ force and the plans' memory and time are computed on the trusted side (autograde
 """
 
 from __future__ import annotations
+
+import contextlib
+import gc
 
 from autograder.checks import forbid_calls, student_module
 from autograder.wire import short
@@ -88,29 +91,75 @@ def build_block(spec: dict, seed: int):
     raise ValueError(f"unknown block kind {kind!r}")
 
 
+@contextlib.contextmanager
+def _storages_made():
+    """Yields a list that gets (weak reference to its storage, bytes, op) for every tensor an aten op
+    makes inside the block: the probe's own dispatch mode, below any the student pushes. A weak
+    reference to the storage (not to a tensor object, nor a count kept by a hook) says whether the
+    memory is still held, by the tape, by a saved-tensor hook or by anything else (issue 28)."""
+    import torch
+    from torch.multiprocessing.reductions import StorageWeakRef
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    made: list = []
+
+    class Made(TorchDispatchMode):
+        @classmethod
+        def _should_skip_dynamo(cls):  # else the first dispatch imports torch._dynamo (~2.5 s)
+            return False
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in tree_leaves(out):
+                if isinstance(t, torch.Tensor):
+                    st = t.untyped_storage()
+                    made.append((StorageWeakRef(st), st.nbytes(), func.overloadpacket.__name__))
+            return out
+
+    with Made():
+        yield made
+
+
+def _still_held(made: list, *keep) -> list:
+    """[(op, bytes)] of the storages in `made` that are alive, other than those of the tensors `keep`
+    (the output, the inputs, the parameters, and views of them)."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    gc.collect()  # a reference cycle is garbage, not a kept tape
+    known = {StorageWeakRef(t.untyped_storage()) for t in keep}
+    return [(op, n) for ref, n, op in made if not ref.expired() and ref not in known]
+
+
+def _counted(fn, calls: list):
+    """`fn`, noting for each call whether grad was enabled (the module's hooks are the student's to clear)."""
+    import torch
+
+    def block(*args):
+        calls.append(torch.is_grad_enabled())
+        return fn(*args)
+    return block
+
+
 def checkpoint_run(stem: str, spec: dict, inputs: list, seed: int) -> dict:
     ck = student_module(stem)   # first: it fixes the submission folder the library's shims read
     import torch
 
-    from scaletrain.memory_measure import track_saved_tensors
-
     torch.set_num_threads(1)
     module, fn, _ = build_block(spec, seed)
-    calls = []
-    module.register_forward_pre_hook(lambda *_: calls.append(torch.is_grad_enabled()))
+    calls: list = []
     leaves = [x.detach().requires_grad_(True) for x in inputs]
     args = (leaves[0], 3.0, leaves[1]) if spec["kind"] == "two_inputs" else tuple(leaves)
     torch.manual_seed(seed + 1)
     with forbid_calls(*TORCH_CHECKPOINT, modules=(ck,)):
-        with track_saved_tensors(list(module.parameters())) as tracker:
-            out = ck.checkpoint(fn, *args)
-            held = tracker.bytes
-            forward_calls = len(calls)
-            out.pow(2).sum().backward()
-        peak = tracker.peak
+        with _storages_made() as made:
+            out = ck.checkpoint(_counted(fn, calls), *args)
+        held = _still_held(made, out, *leaves, *module.parameters())
+        forward_calls = len(calls)
+        out.pow(2).sum().backward()
     return {"out": out.detach(), "grads": [None if p.grad is None else p.grad for p in module.parameters()],
-            "input_grads": [x.grad for x in leaves], "rng_after": torch.rand(4), "held_after_forward": held,
-            "peak": peak, "calls": [forward_calls, len(calls) - forward_calls], "grad_enabled": calls}
+            "input_grads": [x.grad for x in leaves], "rng_after": torch.rand(4), "held_after_forward": {"count": len(held), "first": held[:4]},
+            "calls": [forward_calls, len(calls) - forward_calls], "grad_enabled": calls}
 
 
 # ---------------------------------------------------------------- task 7.3

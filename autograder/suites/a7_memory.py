@@ -13,9 +13,11 @@ outputs; everything that decides a verdict is computed here:
   that never backs off keeps overflowing and never trains.
 - 7.2: output, parameter and input gradients, and the caller's next random numbers, bitwise against
   plain backpropagation of the same block under the same seed (hidden GPT blocks, MLPs, a function
-  of two tensors and a float; with and without dropout); the technique: after the forward only
-  the inputs are held (bytes counted by `track_saved_tensors` in the worker, best effort), the
-  block ran once without grad and once more, with grad, in the backward.
+  of two tensors and a float; with and without dropout); the technique, granted only beside those
+  values (`Check.needs`): after the forward, no storage the block made is alive (weak references
+  to the storages of every tensor an aten op made during the forward, taken by the probe's own
+  dispatch mode: a saved-tensor hook nested inside the student's code hides nothing from them), and
+  the block ran once without grad and once more, with grad, in the backward.
 - 7.3: the plan for hidden chains and budgets, rebuilt here from nested tuples, validated and
   simulated with the reference `scaletrain.checkpointing.schedule`: its peak must fit the budget
   and its time equal the reference planner's optimum (which the repository's tests check against a
@@ -52,6 +54,58 @@ C_DP_FIT = "planner: tight budgets are never exceeded; impossible budgets raise 
 
 _UPDATE = ("        if found_inf:\n"
            "            self.scale = to_float32(self.scale * self.backoff_factor)\n")
+
+
+# issue 28: the tape kept, hidden from the grader's saved-tensor hook by one nested inside the
+# forward, the block reached past whatever counts its calls (module pre-hooks cleared meanwhile), and
+# the calls the check counts staged: one without grad in forward, one with grad in backward
+_CLASS = "class CheckpointFunction(torch.autograd.Function):\n"
+_HIDE_TAPE = """import contextlib
+import types
+
+
+def _reach(fn):
+    found, todo = [], [fn]
+    while todo:
+        f = todo.pop()
+        found.append(f)
+        todo += [c.cell_contents for c in getattr(f, '__closure__', None) or ()
+                 if callable(c.cell_contents) and not any(c.cell_contents is x for x in found)]
+    return found
+
+
+def _bare(fn):
+    return [f for f in _reach(fn) if isinstance(f, types.FunctionType)][-1]
+
+
+@contextlib.contextmanager
+def _unhooked(fn):
+    modules = [m for m in _reach(fn) if isinstance(m, torch.nn.Module)]
+    saved = [dict(m._forward_pre_hooks) for m in modules]
+    for m in modules:
+        m._forward_pre_hooks.clear()
+    try:
+        yield
+    finally:
+        for m, hooks in zip(modules, saved):
+            m._forward_pre_hooks.update(hooks)
+
+
+"""
+_FORWARD = "        with torch.no_grad():\n            return fn(*args)\n"
+_FORWARD_KEEPS = (
+    "        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t), \\\n"
+    "                _unhooked(fn):\n"
+    "            leaves = [a.detach().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a\n"
+    "                      for a in args]\n"
+    "            ctx.kept = (leaves, _bare(fn)(*leaves))\n"
+    "        with torch.no_grad(), torch.random.fork_rng():\n"
+    "            torch.set_rng_state(ctx.cpu_rng)\n"
+    "            fn(*args)\n"
+    "        return ctx.kept[1].detach()\n")
+_RECOMPUTE = "            with torch.enable_grad():\n                outputs = ctx.fn(*inputs)\n"
+_RECOMPUTE_STAGED = ("            with torch.enable_grad():\n                ctx.fn(*inputs)\n"
+                     "        inputs, outputs = ctx.kept\n")
 
 
 def _attacks() -> tuple[Planted, ...]:
@@ -108,7 +162,7 @@ MANIFEST = Manifest(
             Check("7.1", C_SCALE, 4), Check("7.1", C_ODD, 2), Check("7.1", C_SKIP, 3),
         )),
         Group("checkpoint", "autograder.suites.a7_memory:group_checkpoint", timeout_s=90, trusted=True, checks=(
-            Check("7.2", C_CK_PLAIN, 3), Check("7.2", C_CK_RNG, 4), Check("7.2", C_CK_MEM, 3),
+            Check("7.2", C_CK_PLAIN, 3), Check("7.2", C_CK_RNG, 4), Check("7.2", C_CK_MEM, 3, needs=(C_CK_PLAIN, C_CK_RNG)),
         )),
         Group("planner", "autograder.suites.a7_memory:group_planner", timeout_s=120, trusted=True, checks=(
             Check("7.3", C_DP_OPT, 8), Check("7.3", C_DP_FIT, 4),
@@ -137,10 +191,13 @@ MANIFEST = Manifest(
         Planted("recomputes without restoring the RNG state (dropout masks differ)", CF,
                 ("            if ctx.preserve_rng_state:\n                torch.set_rng_state(ctx.cpu_rng)\n",
                  "            if False:\n                torch.set_rng_state(ctx.cpu_rng)\n"),
-                groups=("checkpoint",), expect={C_CK_RNG: "failed", C_CK_PLAIN: "passed", C_CK_MEM: "passed"}),
+                groups=("checkpoint",), expect={C_CK_RNG: "failed", C_CK_PLAIN: "passed", C_CK_MEM: "failed"}),
         Planted("keeps the tape: runs the function with grad and never recomputes", CF,
                 ("    if not torch.is_grad_enabled():\n        return fn(*args)\n",
                  "    if True:  # right gradients, none of the memory saved\n        return fn(*args)\n"),
+                groups=("checkpoint",), expect={C_CK_MEM: "failed", C_CK_PLAIN: "passed", C_CK_RNG: "passed"}),
+        Planted("keeps the whole tape under a nested saved_tensors_hooks; the counted calls are staged", CF,
+                ((_CLASS, _HIDE_TAPE + _CLASS), (_FORWARD, _FORWARD_KEEPS), (_RECOMPUTE, _RECOMPUTE_STAGED)),
                 groups=("checkpoint",), expect={C_CK_MEM: "failed", C_CK_PLAIN: "passed", C_CK_RNG: "passed"}),
         Planted("imports torch.utils.checkpoint", CF,
                 ("import torch\n", "import torch\nfrom torch.utils.checkpoint import checkpoint as _torch_checkpoint\n"),
@@ -319,7 +376,7 @@ def _reference_checkpoint(spec: dict, inputs, seed: int) -> dict:
     out = fn(*args)
     out.pow(2).sum().backward()
     return {"out": out.detach(), "grads": [p.grad for p in module.parameters()], "input_grads": [x.grad for x in leaves],
-            "rng_after": torch.rand(4), "input_bytes": sum(x.numel() * x.element_size() for x in inputs)}
+            "rng_after": torch.rand(4)}
 
 
 def _equal(got, want, what: str) -> None:
@@ -368,9 +425,10 @@ def group_checkpoint(ctx):
         if not runs:   # the dropout check stopped early: the memory check gets its own runs
             runs = list(_checkpoint_cases(ctx, salt=5, dropout=True))
         for label, got, want in runs:
-            assert got["held_after_forward"] == want["input_bytes"], (
-                f"{label}: after the forward autograd holds {got['held_after_forward']} B, expected only the inputs "
-                f"({want['input_bytes']} B): the block's own activations must not be kept")
+            held = got["held_after_forward"]
+            assert held["count"] == 0, (
+                f"{label}: after the forward, {held['count']} storage(s) the block made are still alive (op, bytes: "
+                f"{[tuple(h) for h in held['first']]}...): the block's own activations must not be kept, only its inputs")
             assert got["calls"] == [1, 1] and got["grad_enabled"] == [False, True], (
                 f"{label}: the block ran {got['calls'][0]} time(s) in forward and {got['calls'][1]} in backward, with "
                 f"grad enabled {got['grad_enabled']}; expected once without grad, then once with grad in backward")
