@@ -47,9 +47,11 @@ class Group:
     checks: tuple[Check, ...]
     timeout_s: float = 60.0
     needs_gpu: bool = False
-    # True: the group function runs in a process that never imports the submission; it reaches the
-    # student's code only through ctx.remote / ctx.untrusted (autograder/untrusted.py)
-    trusted: bool = False
+    # the group function runs in a process that never imports the submission; it reaches the
+    # student's code only through ctx.remote / ctx.untrusted (autograder/untrusted.py). False is the
+    # legacy path (the suite beside the student's code, as the sandbox account): the harness's own
+    # tests use it; a suite may not (tests/test_assignments.py)
+    trusted: bool = True
 
 
 @dataclass(frozen=True)

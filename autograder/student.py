@@ -29,6 +29,7 @@ from pathlib import Path
 from autograder.manifest import PUBLIC_MANIFEST, REPO, Manifest, all_manifests, public_record
 from autograder.leaks import code_lines, find_in, secret_lines, text_lines
 from autograder.public import stub_markers
+from autograder.pyparse import parse_python
 from autograder.release import ANSWERS_FILE, COMMENT, ReleaseError, course_order, outputs, render
 
 TEMPLATES = Path(__file__).resolve().parent / "templates" / "student"
@@ -165,7 +166,7 @@ def probe_files(folders: set[str]) -> list[Path]:
 def _probe_imports(path: Path) -> list[str]:
     """The `autograder.probes.X` modules a probe file imports (X)."""
     names = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parse_python(path.read_text(), path.name)):
         if isinstance(node, ast.ImportFrom) and node.module == "autograder.probes":
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("autograder.probes."):

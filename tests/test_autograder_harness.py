@@ -94,11 +94,11 @@ MANIFEST = Manifest(
     tasks=(Task("1", "add", file="toy.py", functions=("add",)), Task("2", "mul", file="toy.py")),
     forbidden={"toy.py": ("torch.distributed.all_reduce",)},
     groups=(
-        Group("main", "toy_suite:group_main", timeout_s=90, checks=(
+        Group("main", "toy_suite:group_main", trusted=False, timeout_s=90, checks=(
             Check("1", "adds", 1), Check("2", "multiplies", 1), Check("1", "ranks add", 1))),
-        Group("guarded", "toy_suite:group_guarded", timeout_s=60, checks=(
+        Group("guarded", "toy_suite:group_guarded", trusted=False, timeout_s=60, checks=(
             Check("2", "no forbidden sum at run time", 1),)),
-        Group("gpu", "toy_suite:group_gpu", needs_gpu=True, checks=(Check("2", "fast on gpu", 2),)),
+        Group("gpu", "toy_suite:group_gpu", trusted=False, needs_gpu=True, checks=(Check("2", "fast on gpu", 2),)),
     ),
 )
 
@@ -159,7 +159,7 @@ def test_stub_fails_without_error(make_submission):
 def test_infinite_loop_times_out_and_kills_everything(make_submission):
     looping = SOLUTION.replace("return a * b", "while True:\n        pass")
     short = Manifest(**{**MANIFEST.__dict__, "groups": (
-        Group("main", "toy_suite:group_main", timeout_s=12, checks=MANIFEST.groups[0].checks),)})
+        Group("main", "toy_suite:group_main", trusted=False, timeout_s=12, checks=MANIFEST.groups[0].checks),)})
     start = time.monotonic()
     results = grade_assignment(short, make_submission(looping), "cpu")
     assert time.monotonic() - start < 30
@@ -216,7 +216,7 @@ def toy(*groups):
     return Manifest(**{**MANIFEST.__dict__, "groups": groups})
 
 
-SANDBOXED = toy(Group("sandboxed", "toy_suite:group_sandboxed", timeout_s=60, checks=(
+SANDBOXED = toy(Group("sandboxed", "toy_suite:group_sandboxed", trusted=False, timeout_s=60, checks=(
     Check("1", "runs in its own folder, as the sandbox user", 1), Check("1", "names its folder", 1))))
 
 
@@ -238,7 +238,7 @@ def test_group_runs_as_the_sandbox_user(make_submission, monkeypatch):
 
 
 def test_huge_messages_make_a_small_results_json(make_submission):
-    loud = toy(Group("loud", "toy_suite:group_loud", timeout_s=60, checks=(
+    loud = toy(Group("loud", "toy_suite:group_loud", trusted=False, timeout_s=60, checks=(
         Check("1", "huge message", 1), Check("1", "after the exit", 1))))
     results = grade_assignment(loud, make_submission(), "cpu")
     assert outcomes(results) == {"huge message": "failed", "after the exit": "error"}

@@ -6,7 +6,7 @@ from autograder.manifest import Check, Group, Manifest, Task
 TOY = Manifest(
     assignment="a9", folder="a9_toy", title="toy", files={"toy.py": "lib/toy.py"},
     tasks=(Task("9.1", "adds", file="toy.py"), Task("9.2", "fast", file="toy.py")),
-    groups=(Group("main", "toy:main", checks=(Check("9.1", "adds", 3), Check("9.1", "multiplies", 2))),
-            Group("gpu", "toy:gpu", needs_gpu=True, checks=(Check("9.2", "fast on gpu", 2),))),
+    groups=(Group("main", "toy:main", trusted=False, checks=(Check("9.1", "adds", 3), Check("9.1", "multiplies", 2))),
+            Group("gpu", "toy:gpu", trusted=False, needs_gpu=True, checks=(Check("9.2", "fast on gpu", 2),))),
 )
 ADDS, MULTIPLIES, FAST = TOY.checks
