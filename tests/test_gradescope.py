@@ -85,6 +85,16 @@ def test_setup_installs_the_pinned_cpu_build_and_never_the_course(package):
     assert "download.pytorch.org" not in cuda.read("setup.sh").decode()
 
 
+def test_kernel_assignments_install_what_their_cpu_checks_run(tmp_path):
+    """a1's CPU checks run Triton's interpreter and the CUDA emulator (g++): its setup.sh installs
+    both; a0's needs neither."""
+    a1 = zipfile.ZipFile(build_package(get_manifest("a1"), tmp_path / "a1.zip", seed=SEED))
+    assert any(r.startswith("triton==") for r in a1.read("requirements.txt").decode().splitlines())
+    assert " g++" in a1.read("setup.sh").decode()
+    a0 = zipfile.ZipFile(build_package(get_manifest("a0"), tmp_path / "a0.zip", seed=SEED))
+    assert "triton" not in a0.read("requirements.txt").decode() and " g++" not in a0.read("setup.sh").decode()
+
+
 def test_hidden_checks_take_the_packages_visibility(package, tmp_path):
     graded = _grade(package, tmp_path / "vis", [REPO / "solutions/a0_memory/memory.py"])
     assert {t["visibility"] for t in graded["tests"]} == {"after_published"}
