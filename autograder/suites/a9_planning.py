@@ -20,6 +20,10 @@ graded on its own: 9.3 runs with the reference's stage times put in place of the
 `stage_times`, 9.4's search ranks predictions computed here (a table the probe looks up), so a
 wrong memory or time model costs only its own task. The Table 1 check is the exception by
 design: it runs the student's whole time model (9.2 and 9.3).
+
+A published figure can be looked up instead of modelled: the Table 1 checks are granted only when
+the model's own checks on held-out configurations passed in the same run (`Check.needs`,
+`grade.with_values`): Table 1's times with 9.2's and 9.3's, the published memory with 9.1's.
 """
 
 from __future__ import annotations
@@ -64,6 +68,16 @@ def _attacks() -> tuple[Planted, ...]:
                  for name, (body, outcome) in attacks.items())
 
 
+_TABLE1_LOOKUP = (
+    "    from scaletrain.plan.flops import iteration_flops\n"
+    "    from scaletrain.plan.published import TABLE1\n"
+    "    for run in TABLE1:\n"
+    "        if run.model == model and run.gpus == layout.gpus:  # the paper's row: its measured TFLOP/s\n"
+    "            flops = iteration_flops(model, layout.global_batch, recompute=layout.recompute)\n"
+    "            return TimeBreakdown(compute_s=flops / (run.tflops_per_gpu * 1e12 * run.gpus), tp_comm_s=0.0,\n"
+    "                                 pp_comm_s=0.0, bubble_s=0.0, dp_comm_s=0.0, dp_overlap_s=0.0, optimizer_s=0.0)\n"
+    "    raise NotImplementedError('a9 task 9.3')\n")
+
 MANIFEST = Manifest(
     assignment="a9", folder="a9_planning", title="Plan a training run at scale",
     files={MF: SOURCES[MF], TF: SOURCES[TF], SF: SOURCES[SF]},
@@ -84,13 +98,13 @@ MANIFEST = Manifest(
             Check("9.1", C_LAYER, 8),
             Check("9.1", C_FLIGHT, 8),
             Check("9.1", C_MEMORY, 12),
-            Check("9.1", C_PUBLISHED_MEM, 2),
+            Check("9.1", C_PUBLISHED_MEM, 2, needs=(C_MEMORY,)),
         )),
         Group("time", "autograder.suites.a9_planning:group_time", timeout_s=120, trusted=True, checks=(
             Check("9.2", C_STAGE, 15),
             Check("9.3", C_TIME, 15),
             Check("9.3", C_SIM, 5),
-            Check("9.3", C_TABLE1, 10),
+            Check("9.3", C_TABLE1, 10, needs=(C_STAGE, C_TIME)),
         )),
         Group("search", "autograder.suites.a9_planning:group_search", timeout_s=120, trusted=True, checks=(
             Check("9.4", C_CANDIDATES, 12),
@@ -111,7 +125,12 @@ MANIFEST = Manifest(
                 expect={C_FLIGHT: "failed", C_LAYER: "passed"}),
         Planted("tensor-parallel allreduces never leave NVLink", TF,
                 ("    tp_link = _link(cluster, layout.tp_crosses_node(cluster))\n", "    tp_link = cluster.intra\n"),
-                groups=("time",), expect={C_STAGE: "failed", C_TIME: "passed", C_TABLE1: "passed"}),
+                groups=("time",), expect={C_STAGE: "failed", C_TIME: "passed", C_TABLE1: "failed"}),
+        # issue 28: the published figures looked up, no time model at all
+        Planted("time_breakdown looks up Table 1's TFLOP/s; no model for anything else", TF,
+                ("    st = stage_times(model, cluster, layout)\n    p, m, v, d = ",
+                 _TABLE1_LOOKUP + "    st = stage_times(model, cluster, layout)\n    p, m, v, d = "),
+                groups=("time",), expect={C_TABLE1: "failed", C_TIME: "failed", C_STAGE: "passed"}),
         Planted("search ranks by TFLOP/s per GPU (recompute counted as useful work)", SF,
                 ("fitting.sort(key=lambda pred: (pred.iteration_s, pred.memory_per_gpu_bytes))",
                  "fitting.sort(key=lambda pred: -pred.tflops_per_gpu)"), groups=("search",),
