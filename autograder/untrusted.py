@@ -49,6 +49,15 @@ EXIT_GRACE_S = 2.0                 # a closed worker's time to exit by itself
 WORKER_TMP = "/tmp"                 # where workers get their folders (reachable by any account)
 BUILD_ENV = "AUTOGRADER_BUILD"     # the grading build of the library, made by grade.py for the group
 RANKS_FORK_ENV = "SCALETRAIN_START_METHOD"  # scaletrain.launch.START_METHOD_ENV (not imported: it loads torch)
+# Where torch, Triton, the CUDA driver's JIT and the course keep caches: for the worker, always a
+# folder of its own work folder, never the grader's value.  A root grader's TORCH_EXTENSIONS_DIR,
+# inherited, made every CUDA build of a1 fail with PermissionError on an H200 (issue 29).
+WORKER_CACHES = {"TORCH_EXTENSIONS_DIR": ".cache/torch_extensions", "TRITON_CACHE_DIR": ".triton/cache",
+                 "TRITON_HOME": ".", "TRITON_DUMP_DIR": ".triton/dump", "TRITON_OVERRIDE_DIR": ".triton/override",
+                 "TORCHINDUCTOR_CACHE_DIR": ".cache/torchinductor", "CUDA_CACHE_PATH": ".nv/ComputeCache",
+                 "XDG_CACHE_HOME": ".cache", "SCALETRAIN_CUDA_CPU_CACHE": ".cache/scaletrain/cuda_cpu",
+                 "MPLCONFIGDIR": ".config/matplotlib",
+                 "HOME": ".", "TMPDIR": ".", "TMP": ".", "TEMP": "."}
 
 
 def worker_runs_as_root() -> bool:
@@ -147,12 +156,12 @@ class Untrusted:
     def _env(self) -> dict[str, str]:
         build = Path(os.environ[BUILD_ENV])
         paths = [build / "lib", build, *map(Path, site.getsitepackages())]
-        # caches torch or triton pointed into the trusted side's folder (importing torch._dynamo
-        # sets TORCHINDUCTOR_CACHE_DIR there): the worker can't write it and keeps its own
-        inherited = (SEED_ENV, "PYTHONPATH", BUILD_ENV, zygote.WORKER_CLIENT_ENV, "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+        # caches (WORKER_CACHES) are the worker's own: the grader's, or those torch pointed into the
+        # trusted side's folder (importing torch._dynamo sets TORCHINDUCTOR_CACHE_DIR), it can't write
+        inherited = (SEED_ENV, "PYTHONPATH", BUILD_ENV, zygote.WORKER_CLIENT_ENV, *WORKER_CACHES)
         env = {k: v for k, v in os.environ.items() if k not in inherited}
-        env.update(PYTHONPATH=os.pathsep.join(map(str, paths)), HOME=str(self._work), TMPDIR=str(self._work),
-                   **{SUBMISSION_ENV: str(self.submission)})
+        env.update({name: os.path.normpath(self._work / sub) for name, sub in WORKER_CACHES.items()},
+                   PYTHONPATH=os.pathsep.join(map(str, paths)), **{SUBMISSION_ENV: str(self.submission)})
         if self.device == "cpu":  # ranks fork from this one-thread worker, torch already loaded
             env[RANKS_FORK_ENV] = "fork"
         return env

@@ -18,7 +18,7 @@ from autograder import wire, zygote
 from autograder.checks import Flagged
 from autograder.manifest import REPO
 from autograder.student import grading_build
-from autograder.untrusted import BUILD_ENV, StudentCrash, Untrusted, _Exec, _Kept
+from autograder.untrusted import BUILD_ENV, WORKER_CACHES, StudentCrash, Untrusted, _Exec, _Kept
 from procs import processes_with  # tests/ is on sys.path
 
 TOY = '''
@@ -37,6 +37,11 @@ def reference_file():
 
 def environment(name):
     return os.environ.get(name)
+
+def writable(folder):
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "probe"), "w") as f:
+        return f.write("ok")
 
 def effective_capabilities():
     return [l for l in open("/proc/self/status") if l.startswith("CapEff")][0].split()[1]
@@ -283,3 +288,25 @@ def _state(pid: int) -> str:
             return f.read().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "gone"
+
+
+@pytest.mark.parametrize("how", ["exec", "forked"])
+def test_the_worker_s_caches_are_its_own_whatever_the_grader_exports(submission, no_client, monkeypatch,
+                                                                     tmp_path, how):
+    """Issue 29: a root grader with TORCH_EXTENSIONS_DIR exported (a folder only root may write)
+    handed it to its worker, and every CUDA build failed with PermissionError.  Each cache variable
+    exported here so is, in the worker, a writable folder inside its own work folder."""
+    closed = tmp_path / "root-only"
+    closed.mkdir(mode=0o500)
+    exported = [name for name in WORKER_CACHES if name not in ("HOME", "TMPDIR", "TMP", "TEMP")]
+    for name in exported:
+        monkeypatch.setenv(name, str(closed / name))
+    with workers_zygote() if how == "forked" else contextlib.nullcontext():
+        w = Untrusted(submission, timeout_s=30)
+        try:
+            work = toy(w)("where")["cwd"]
+            seen = {name: toy(w)("environment", name) for name in WORKER_CACHES}
+            assert toy(w)("writable", seen["TORCH_EXTENSIONS_DIR"]) == 2
+        finally:
+            w.close()
+    assert {name: value for name, value in seen.items() if not (value + "/").startswith(work + "/")} == {}
