@@ -1,11 +1,12 @@
 """Solution lines where a student reads: the one check behind `release` and `release --student`.
 
-A line of a SOLUTION region (normalized, at least MIN_LEAK_CHARS long) must not stand in text a
-student reads before writing it. `release` looks in the student-facing text of the line's own
-assignment: its sources' docstrings and comments outside the regions (what the stub keeps), the
-handout, HINTS.md, the public tests and the assignment's notebook. `release --student` looks in
-every file of the built repository (`autograder.student.find_leaks`). Both compare `normal(line)`
-the same way: a solution line found inside a line of text is a leak.
+A line of a SOLUTION region (normalized, at least MIN_LEAK_CHARS long), or the expression it
+assigns or returns, must not stand in text a student reads before writing it. `release` looks in
+the student-facing text of the line's own assignment: its sources' docstrings and comments
+outside the regions (what the stub keeps), the handout, HINTS.md, the public tests and the
+assignment's notebook. `release --student` looks in every file of the built repository
+(`autograder.student.find_leaks`). Both compare `normal(line)` the same way: a solution line
+found inside a line of text is a leak.
 """
 
 from __future__ import annotations
@@ -20,15 +21,19 @@ from pathlib import Path
 
 from autograder.pyparse import parse_python
 
-MIN_LEAK_CHARS = 24   # shorter lines (`return out`, `}`) are shared by any two programs
+MIN_LEAK_CHARS = 24   # as written (spaces collapsed); shorter lines (`return out`, `}`) are in any two programs
 # `x = <expr>`, `x += <expr>`, `return <expr>`: the expression alone is a secret too ("returns `a·b + c`")
 _EXPRESSION = re.compile(r"^(?:return\s+|[\w.\[\], *]+?\s*(?:[-+*/%|&^]|//|<<|>>)?=(?!=)\s*)(?P<expr>.+?);?$")
+_IGNORED = re.compile(r"[\s`*·×]")
 _C_COMMENT = re.compile(r"//(.*)$|/\*(.*?)(?:\*/|$)")
 
 
 def normal(line: str) -> str:
-    """`line` as the leak checks compare it: whitespace runs collapsed to one space, ends stripped."""
-    return " ".join(line.split())
+    """`line` as the leak checks compare it: without whitespace, backticks and multiplication
+    signs (`*`, `·`, `×`), with the minus sign (−) read as a hyphen, so the same arithmetic
+    written as code or as prose compares equal: `min(2 * (p - 1), v * m)` and "min(2(p − 1), v·m)"
+    are both `min(2(p-1),vm)`."""
+    return _IGNORED.sub("", line).replace("−", "-")
 
 
 def region_lines(text: str, comment: str) -> Iterator[tuple[int, str, bool]]:
@@ -44,26 +49,24 @@ def region_lines(text: str, comment: str) -> Iterator[tuple[int, str, bool]]:
 
 
 def secret_lines(rel: str, text: str, comment: str, given: set[str] = frozenset()) -> dict[str, str]:
-    """normal(line) -> 'rel:N' for each solution line long enough to matter and not in `given`
-    (lines that ship as code anyway, e.g. a copy back the naive collectives share with the ring),
-    and likewise the expression an assignment or a return line computes, unless given code holds
-    it (a call of a given helper that a stub makes too)."""
+    """normal(line) -> 'rel:N: <line>' for each solution line long enough to matter, and the
+    expression it assigns or returns, unless a line of `given` (normalized lines of code that
+    ship anyway) holds it: the copy back the naive collectives share with the ring, a call of a
+    given helper that a stub makes too."""
     found: dict[str, str] = {}
     given_code = "\n".join(given)
     for i, line, inside in region_lines(text, comment):
-        key = normal(line)
-        if not inside or key in given:
-            continue
-        expression = _EXPRESSION.match(key)
-        if len(key) >= MIN_LEAK_CHARS:
-            found.setdefault(key, f"{rel}:{i}")
-        if expression and len(expression["expr"]) >= MIN_LEAK_CHARS and expression["expr"] not in given_code:
-            found.setdefault(expression["expr"], f"{rel}:{i}")
+        code = " ".join(line.split())
+        expression = _EXPRESSION.match(code)
+        for part in (code, expression and expression["expr"]):
+            if inside and part and len(part) >= MIN_LEAK_CHARS and normal(part) not in given_code:
+                found.setdefault(normal(part), f"{rel}:{i}: {code}")
     return found
 
 
 def find_in(lines: Iterable[tuple[str, int, str]], secret: dict[str, str]) -> list[str]:
-    """'where:N: <text> (from source:N)' for each (where, N, text) line that holds a secret line."""
+    """'where:N: <text> [holds solution line source:N: <line>]' for each (where, N, text) line
+    that holds a secret line (normalized alike)."""
     if not secret:
         return []
     pattern = re.compile("|".join(re.escape(s) for s in sorted(secret, key=len, reverse=True)))
@@ -71,7 +74,7 @@ def find_in(lines: Iterable[tuple[str, int, str]], secret: dict[str, str]) -> li
     for where, i, line in lines:
         m = pattern.search(normal(line))
         if m:
-            leaks.append(f"{where}:{i}: {m.group(0)[:80]} (from {secret[m.group(0)]})")
+            leaks.append(f"{where}:{i}: {' '.join(line.split())[:100]} [holds solution line {secret[m.group(0)][:140]}]")
     return leaks
 
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from autograder.manifest import Manifest, Task
-from autograder.release import ReleaseError, outputs, release, render
+from autograder.manifest import Manifest, Task, all_manifests
+from autograder.release import HINTS_FILE, ReleaseError, outputs, release, render, text_leaks
 from autograder.static_check import check_source
 
 SOURCE = '''\
@@ -79,6 +79,50 @@ def test_relative_imports_are_refused(tmp_path, monkeypatch):
 
 def test_committed_stubs_and_solutions_are_up_to_date():
     assert release(check=True) == [], "run `python -m autograder release`"
+
+
+LEAKY = '''\
+def bytes_sent(p, chunk_numel, itemsize):
+    """What one rank sends: 2·(p - 1)·chunk_numel·itemsize, the ring's bound."""
+    # the ring sends 2 * (p - 1) * chunk_numel * itemsize in all
+    # BEGIN SOLUTION
+    total = 2 * (p - 1) * chunk_numel * itemsize
+    return total
+    # END SOLUTION
+
+
+def messages(p):
+    """`p - 1` steps per half: the count the grader checks."""
+    # BEGIN SOLUTION
+    steps_per_half_of_the_ring = p - 1
+    return 2 * steps_per_half_of_the_ring
+    # END SOLUTION
+'''
+
+
+def test_a_solution_line_in_a_docstring_or_comment_is_a_leak_with_file_and_line(tmp_path):
+    src = tmp_path / "x.py"
+    src.write_text(LEAKY)
+    m = Manifest(assignment="a9", folder="a9_x", title="x", files={"x.py": str(src)},
+                 tasks=(Task("1", "x", file="x.py"),), groups=())
+    leaks = text_leaks({"a9": m})
+    # the expression of line 5, written as prose in the docstring (line 2) and as code in a comment
+    # (line 3); line 13's expression is too short to matter, the name alone gives nothing away
+    assert [leak.split(" [")[0].split(": ")[0] for leak in leaks] == [f"{src}:2", f"{src}:3"]
+    assert all(leak.endswith(f"[holds solution line {src}:5: total = 2 * (p - 1) * chunk_numel * itemsize]")
+               for leak in leaks)
+
+
+def test_every_assignment_has_hints_the_handout_links_and_the_student_repository_ships():
+    from autograder import student
+    shipped = student.file_map(student.make_plan(None, ""))
+    for m in all_manifests().values():
+        hints = m.stub_dir() / HINTS_FILE
+        assert hints.is_file(), f"{m.assignment}: no {HINTS_FILE}"
+        assert f"({HINTS_FILE})" in (m.stub_dir() / "README.md").read_text(), f"{m.assignment}: the handout does not link {HINTS_FILE}"
+        assert f"assignments/{m.folder}/{HINTS_FILE}" in shipped, f"{m.assignment}: {HINTS_FILE} is not in the student repository"
+        for task in m.tasks:
+            assert f"**{task.id} " in hints.read_text(), f"{m.assignment}: {HINTS_FILE} has no paragraph for task {task.id}"
 
 
 def test_static_check_resolves_aliases():
