@@ -11,18 +11,17 @@ most microbatches whose backward has not run yet. Its bytes, in mixed precision 
   buffers        the cluster's reserved bytes, the fp32 logits when rank 0 is also the last stage
                  (p = 1), one gathered layer under ZeRO-3.
 
-Bytes one layer keeps per microbatch of b sequences (Korthikanti et al. 2022, §4, e = 2 bytes;
-the seed "Techniques for large-scale training", memory estimation, with its known slip fixed):
+Bytes one layer keeps per microbatch of b sequences: Korthikanti et al. 2022, §4 (e = 2 bytes;
+per layer without parallelism, with tensor parallelism, with sequence parallelism too) and §5
+(selective recomputation, and the full recomputation it improves on, which keeps only the
+layer's input); a0's `activation_bytes` is the tensor-parallel form. The seed "Techniques for
+large-scale training" (memory estimation) works the example; mind its known slip (the printed
+formula drops the 10·s·b·h term that its worked example keeps).
 
-    recompute="none"        s·b·h·(10 + 24/t + 5·a·s/(h·t))      with sequence parallelism s·b·h·(34/t + 5·a·s/(h·t))
-    recompute="selective"   s·b·h·(10 + 24/t)                     with sequence parallelism s·b·h·34/t
-    recompute="full"        2·s·b·h  (the layer's input)          with sequence parallelism 2·s·b·h/t
-
-Pairs in flight on rank 0 (the seminar notes, §1.2.3.2; Narayanan et al. 2021, §2.2): a
-(chunk, microbatch) pair is in flight between its forward and its backward. 1F1B keeps
-min(p, m); the interleaved schedule warms up with 2(p - 1) + (v - 1)·p forwards before its first
-backward, so it keeps min(2(p - 1) + (v - 1)·p + 1, v·m) chunk-sized pairs. These are the counts
-`scaletrain.pipeline.peak_in_flight` finds on the schedules themselves.
+Pairs in flight on rank 0 (the seminar notes, §1.2.3.2-3; Narayanan et al. 2021, §2.2): a
+(chunk, microbatch) pair is in flight between its forward and its backward. The counts are what
+`scaletrain.pipeline.peak_in_flight` finds on rank 0 of the schedules themselves (1F1B and the
+interleaved one, a4): derive the closed form from the schedules' warm-up.
 """
 
 from __future__ import annotations
@@ -75,12 +74,15 @@ def params_on_first_rank(model: ModelSpec, layout: Layout) -> int:
 
 
 def layer_activation_bytes(model: ModelSpec, layout: Layout) -> int:
-    """Bytes one layer keeps from its forward to its backward for one microbatch (table above).
+    """Bytes one layer keeps from its forward to its backward for one microbatch of `layout`
+    (module docstring: Korthikanti et al. 2022 §4-5), an int.
 
-    Start from `scaletrain.memory.activation_bytes` (a0: s·b·h·(10 + 24/t + 5·a·s/(h·t)), e = 2):
-    sequence parallelism splits its 10·s·b·h of LayerNorm and dropout inputs t ways too;
-    selective recomputation drops the 5·a·s²·b/t of softmax and dropout; full recomputation
-    keeps only the layer's input, 2·s·b·h (split t ways under sequence parallelism).
+    Graded exactly (relative 1e-9) for every recomputation mode, with and without sequence
+    parallelism, at irregular t, a, s. What each option changes: sequence parallelism splits
+    the activations that tensor parallelism leaves whole (LayerNorm and dropout inputs) t ways;
+    selective recomputation drops what the attention core keeps (softmax and its dropout);
+    full recomputation keeps only the layer's 16-bit input (split t ways under sequence
+    parallelism). a0's `scaletrain.memory.activation_bytes` is the starting point.
     """
     s, b, h, a, t = model.seq, layout.microbatch, model.hidden, model.heads, layout.tp
     # BEGIN SOLUTION
@@ -98,8 +100,10 @@ def layer_activation_bytes(model: ModelSpec, layout: Layout) -> int:
 def in_flight_microbatches(*, pp: int, num_microbatches: int, interleave: int = 1) -> int:
     """Most (chunk, microbatch) pairs rank 0 holds activations for at once (module docstring).
 
-    interleave=1 is 1F1B: min(p, m). interleave=v > 1 is the interleaved schedule: its warm-up
-    of 2(p - 1) + (v - 1)·p forwards plus the first steady forward, at most all v·m pairs.
+    interleave=1 is 1F1B, interleave=v > 1 the interleaved schedule (a4's `one_f_one_b`,
+    `interleaved_1f1b`). Graded: equal to `scaletrain.pipeline.peak_in_flight` of rank 0 on the
+    generated schedule, for every p, m, v, including m < p (GPipe-like fill) and v·m below the
+    warm-up. A closed form: no schedule is built here.
     """
     for name, value in (("pp", pp), ("num_microbatches", num_microbatches), ("interleave", interleave)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -113,17 +117,21 @@ def in_flight_microbatches(*, pp: int, num_microbatches: int, interleave: int = 
 
 
 def memory_per_gpu(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> MemoryEstimate:
-    """Bytes on pipeline rank 0 of `layout` training `model` on `cluster` (module docstring):
+    """Bytes on pipeline rank 0 of `layout` training `model` on `cluster` (module docstring),
+    each field an int, graded exactly on held-out configurations:
 
-    params, grads, optimizer   `zero_memory_per_rank(Ψ_rank, dp, zero, precision="mixed",
-                               optimizer="adam")` with Ψ_rank = `params_on_first_rank`;
-    activations                in_flight_microbatches(p, m, v) × (l/(p·v) layers per chunk) ×
-                               layer_activation_bytes(model, layout); under recompute="full" plus
-                               one layer_activation_bytes of the same layout with recompute="none"
-                               (the layer being recomputed, whole for a moment);
-    buffers                    cluster.reserved_bytes; + 4·s·b·V/t (fp32 logits of one microbatch)
-                               when p = 1; + 2·params_per_layer(model, t) (one layer's 16-bit
-                               weights gathered whole) when zero = 3.
+    params, grads, optimizer   the model states of Ψ_rank = `params_on_first_rank` parameters in
+                               mixed precision with Adam, sharded by the ZeRO stage over the d
+                               data-parallel ranks (ZeRO paper §5; a0's `zero_memory_per_rank`);
+    activations                every (chunk, microbatch) pair in flight keeps the activations of
+                               its chunk's layers; under full recomputation, add the one layer
+                               being recomputed, which holds everything recompute="none" keeps
+                               for a moment;
+    buffers                    the cluster's reserved bytes, plus the fp32 logits of one
+                               microbatch over this rank's slice of the vocabulary when rank 0 is
+                               also the last stage (p = 1), plus one layer's 16-bit weights
+                               gathered whole under ZeRO-3 (`params_per_layer` of this t).
+    Pitfall: the layers per chunk are l/(p·v), not l/p.
     """
     check_layout(model, layout)
     t = layout.tp
