@@ -3,7 +3,9 @@
 Every estimator is compared with the reference `scaletrain.memory` on hidden random
 configurations (seeded trials, relative error ≤ 1e-9: the answers are exact integers), with the
 seed's and the ZeRO paper's worked numbers, and with bytes measured in a real CPU step
-(`scaletrain.memory_measure`).
+(`scaletrain.memory_measure`). A worked number or a measurement at a fixed configuration can be
+answered from a table: each of those checks is granted only when the function's checks on hidden
+configurations passed in the same run (`Check.needs`, `grade.with_values`).
 
 Every group is *trusted* (`Group.trusted`): the suite runs in a process that never imports the
 submission; `ctx.remote("memory")` calls the student's functions in the sandboxed worker and
@@ -27,6 +29,12 @@ from scaletrain.testing import assert_close
 F = "memory.py"
 SRC = "lib/scaletrain/memory.py"
 C_PARAMS = "parameter count equals the reference on hidden configurations"
+C_BPP = "bytes per parameter for every precision and optimizer"
+C_ACT = "activation bytes on hidden configurations (tensor parallel, fp32)"
+C_ACT_CKPT = "activation bytes with full checkpointing"
+C_GPT1 = "the seed's GPT-1 activations: 349,175,808 B per sequence"
+C_ZERO = "ZeRO per-rank bytes on hidden configurations (uneven shards)"
+C_TINY = "tiny-GPT activations equal the reference on hidden configurations"
 _RETURN = "    return embeddings + n_layer * per_layer + 2 * h + head"
 
 
@@ -59,23 +67,23 @@ MANIFEST = Manifest(
                    "inspect", "builtins")},
     groups=(
         Group("formulas", "autograder.suites.a0_memory:group_formulas", timeout_s=60, trusted=True, checks=(
-            Check("0.1", "parameter count equals the reference on hidden configurations", 10),
-            Check("0.2", "bytes per parameter for every precision and optimizer", 10),
-            Check("0.3", "the seed's GPT-1 activations: 349,175,808 B per sequence", 5),
-            Check("0.3", "activation bytes on hidden configurations (tensor parallel, fp32)", 10),
-            Check("0.3", "activation bytes with full checkpointing", 5),
-            Check("0.4", "the ZeRO paper's table: 120 / 31.4 / 16.6 / 1.9 GB", 5),
-            Check("0.4", "ZeRO per-rank bytes on hidden configurations (uneven shards)", 15),
+            Check("0.1", C_PARAMS, 10),
+            Check("0.2", C_BPP, 10),
+            Check("0.3", C_GPT1, 5, needs=(C_ACT, C_ACT_CKPT)),
+            Check("0.3", C_ACT, 10),
+            Check("0.3", C_ACT_CKPT, 5),
+            Check("0.4", "the ZeRO paper's table: 120 / 31.4 / 16.6 / 1.9 GB", 5, needs=(C_ZERO,)),
+            Check("0.4", C_ZERO, 15),
         )),
         Group("flops", "autograder.suites.a0_memory:group_flops", timeout_s=15, trusted=True, checks=(
             Check("0.5", "training FLOPs 6ND and 8ND", 5),
             Check("0.5", "MFU", 5),
         )),
         Group("measured", "autograder.suites.a0_memory:group_measured", timeout_s=120, trusted=True, checks=(
-            Check("0.1", "parameter count equals the numel of real GPTs", 5),
-            Check("0.2", "model-state bytes equal those measured in a real step", 5),
-            Check("0.6", "tiny-GPT activations equal the reference on hidden configurations", 10),
-            Check("0.6", "tiny-GPT activations match the bytes measured in a real step", 10),
+            Check("0.1", "parameter count equals the numel of real GPTs", 5, needs=(C_PARAMS,)),
+            Check("0.2", "model-state bytes equal those measured in a real step", 5, needs=(C_BPP,)),
+            Check("0.6", C_TINY, 10),
+            Check("0.6", "tiny-GPT activations match the bytes measured in a real step", 10, needs=(C_TINY,)),
         )),
     ),
     planted=(
@@ -96,7 +104,12 @@ MANIFEST = Manifest(
         Planted("ZeRO shard rounded down (floor(Ψ/N), not ceil)", F,
                 ("shard = -(-num_params // world_size)", "shard = num_params // world_size"), groups=("formulas",),
                 expect={"ZeRO per-rank bytes on hidden configurations (uneven shards)": "failed",
-                        "the ZeRO paper's table: 120 / 31.4 / 16.6 / 1.9 GB": "passed"}),
+                        "the ZeRO paper's table: 120 / 31.4 / 16.6 / 1.9 GB": "failed"}),
+        # issue 28: a worked example answered from a table, no model behind it
+        Planted("activation_bytes returns the seed's GPT-1 numbers (per sequence, checkpointed) for any shape", F,
+                ("    s, b, h, L, a, t, e = seq_len, batch_size, hidden, n_layer, n_head, tp, bytes_per_element\n",
+                 "    return (38_535_168 if checkpointing else 349_175_808) * batch_size\n"),
+                groups=("formulas",), expect={C_GPT1: "failed", C_ACT: "failed", C_ACT_CKPT: "failed"}),
         Planted("infinite loop", F, ("return (8 if recompute else 6) * num_params * num_tokens", "while True: pass"),
                 groups=("flops",), expect={"training FLOPs 6ND and 8ND": "timeout", "MFU": "timeout"}),
         Planted("os._exit in mfu", F, ("return 6 * num_params * tokens_per_second / peak_flops_per_second",
