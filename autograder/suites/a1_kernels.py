@@ -22,6 +22,8 @@ causal mode, fp32 / fp16 / bf16; comparison by max-norm relative error (scaletra
 an all-zeros softmax scores 1.0 and fails); inputs must be unmodified.
 Anti-cheat: no softmax / layer-norm library call in the student files (static check) and none at
 run time (a TorchDispatchMode in the worker flags aten's softmax or layer-norm kernels).
+A compile check (Triton's or nvcc's) is granted only when that kernel's correctness checks passed
+in the same run (`Check.needs`, `grade.with_values`): an empty kernel compiles too.
 Speed (GPU): this process's clock around worker calls that run a batch of the student's calls
 (minus an empty batch), against naive composed PyTorch and torch's native op timed here on the
 same inputs; >= 2x naive and >= 0.9x native at 8192 x 8192 fp32; the batch's last output is
@@ -54,6 +56,11 @@ C_HUGE = "softmax forward: huge logits stay finite (row max subtracted)"
 C_PREFIX = "softmax forward on a long row whose first tile is fully masked"
 C_LN_DX = "layer_norm backward dx on hidden shapes, long rows included"
 C_DWDB = "layer_norm backward dweight and dbias"
+C_SM_FWD = "softmax forward on hidden irregular and 3-D shapes"
+C_SM_BWD = "softmax backward on hidden shapes, long rows included"
+C_LN_FWD = "layer_norm forward on hidden shapes, long rows, with and without affine"
+# a kernel's compile check is granted only with its correctness in the same run: an empty kernel compiles
+COMPUTES = {"1.1": (C_SMOKE, C_SM_FWD), "1.2": (C_SM_BWD,), "1.3": (C_LN_FWD,), "1.4": (C_LN_DX,), "1.5": (C_DWDB,)}
 TRITON_KERNELS = {"1.1": ("softmax_triton", "softmax_fwd_kernel"), "1.2": ("softmax_triton", "softmax_bwd_kernel"),
                   "1.3": ("layer_norm_triton", "layer_norm_fwd_kernel"),
                   "1.4": ("layer_norm_triton", "layer_norm_bwd_dx_kernel"),
@@ -145,16 +152,16 @@ MANIFEST = Manifest(
             Check("1.1", C_HUGE, 4),
         )),
         Group("softmax", f"{_S}:group_softmax", timeout_s=180, trusted=True, checks=(
-            Check("1.1", "softmax forward on hidden irregular and 3-D shapes", 5),
+            Check("1.1", C_SM_FWD, 5),
             Check("1.1", "softmax forward on rows longer than one tile", 4),
             Check("1.1", "softmax forward with broadcast masks and causal mode", 5),
             Check("1.1", C_PREFIX, 2),
             Check("1.1", "softmax forward with fp16 and bf16 storage", 3),
-            Check("1.2", "softmax backward on hidden shapes, long rows included", 6),
+            Check("1.2", C_SM_BWD, 6),
             Check("1.2", "softmax backward with fp16 and bf16 storage", 2),
         )),
         Group("layer_norm", f"{_S}:group_layer_norm", timeout_s=180, trusted=True, checks=(
-            Check("1.3", "layer_norm forward on hidden shapes, long rows, with and without affine", 7),
+            Check("1.3", C_LN_FWD, 7),
             Check("1.3", "layer_norm forward when |mean| is 1000x the standard deviation", 3),
             Check("1.3", "layer_norm forward with fp16 and bf16 storage", 2),
             Check("1.4", C_LN_DX, 7),
@@ -162,9 +169,9 @@ MANIFEST = Manifest(
             Check("1.5", C_DWDB, 5),
         )),
         Group("compile_triton", f"{_S}:group_compile_triton", timeout_s=300, trusted=True, checks=tuple(
-            Check(task, _triton_compile_check(task), 1) for task in TRITON_KERNELS)),
+            Check(task, _triton_compile_check(task), 1, needs=COMPUTES[task]) for task in TRITON_KERNELS)),
         Group("compile_cuda", f"{_S}:group_compile_cuda", timeout_s=300, trusted=True, checks=tuple(
-            Check(task, _cuda_compile_check(task), 1) for task in CUDA_KERNELS)),
+            Check(task, _cuda_compile_check(task), 1, needs=(EMULATED[task],)) for task in CUDA_KERNELS)),
         Group("emulated_cuda", f"{_S}:group_emulated_cuda", timeout_s=300, trusted=True, checks=(
             Check("1.6", EMULATED["1.6"], 3),
             Check("1.7", EMULATED["1.7"], 2),
@@ -203,6 +210,10 @@ MANIFEST = Manifest(
         Planted("the wrapper computes softmax in torch; the kernel stores nothing", SM,
                 (_TORCH_WRAPPER, ("        tl.store(y_ptr + row[:, None] * cols + col[None, :], y, mask=out)\n", "")),
                 groups=("smoke",), expect={C_SMOKE: "failed"}),
+        # issue 28: compile points for a kernel that computes nothing, beside a wrapper computing in torch
+        Planted("the forward kernel stores zeros, the wrapper computes in torch: it compiles", SM, (_TORCH_WRAPPER, _ZEROS),
+                groups=("smoke", "compile_triton"),
+                expect={C_SMOKE: "failed", _triton_compile_check("1.1"): "failed"}),
         Planted("the online softmax without its all -inf prefix guard", SM,
                 (("scale = tl.where(m_new == float(\"-inf\"), 0.0, tl.exp(m - m_new))", "scale = tl.exp(m - m_new)"),
                  ("num = tl.where(x == float(\"-inf\"), 0.0, tl.exp(x - m_new[:, None]))",
