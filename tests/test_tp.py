@@ -165,6 +165,22 @@ def test_tp_distributed(name: str) -> None:
     assert results[name] is None, results[name]
 
 
+@pytest.mark.parametrize("name", [n for n, (fn, _) in _checks(1).items() if fn.__module__ == verify.__name__])
+def test_verify_runs_at_t_1_without_a_process_group(name: str) -> None:
+    """The layers work in one process without torch.distributed (t = 1); their checks do too."""
+    assert not dist.is_initialized()
+    check, kwargs = _checks(1)[name]
+    check(None, **kwargs)
+
+
+def test_a_failed_verify_check_raises_without_a_process_group() -> None:
+    def broken() -> None:
+        raise AssertionError("the output differs")
+
+    with pytest.raises(AssertionError, match="the output differs"):
+        verify._agreed(None, broken)
+
+
 def test_block_formula_is_korthikanti_adapted() -> None:
     """The CPU block formula at t = 1 is one layer of memory.tiny_gpt_activation_bytes; TP minus TP+SP
     is the replicated part times (1 - 1/t), whose 16-bit form is the paper's 10·s·b·h."""

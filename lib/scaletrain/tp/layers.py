@@ -12,8 +12,8 @@ ColumnParallelLinear: W split along *out* (dim 0), rank r holds W_r = rows [r·o
 RowParallelLinear: W split along *in* (dim 1), rank r holds W_r = columns [r·in/t, (r+1)·in/t)
     and takes X_r, the matching slice of X's last dimension (`input_is_parallel=True`: what a
     column-parallel layer without gather produces; False: the layer slices X itself). X_r·W_rᵀ is
-    a partial sum of Y: g's allreduce completes it, and the bias, whole on every rank, is added
-    once, after the sum.
+    a partial sum of Y: g's allreduce completes it. The bias is not split: every rank holds all of
+    it, and the output must still equal the unsharded layer's, bias included.
 
 Column then row, as in the MLP (h -> 4h -> h) and in attention (QKV, then the output projection),
 costs one allreduce forward (g) and one backward (f) for the pair: the GeLU in between is
