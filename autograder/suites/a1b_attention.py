@@ -12,6 +12,8 @@ torch's SDPA math and flash paths (`not_run` on CPU, points pending).
 Correctness: seeded trials on irregular lengths (1, 17, 33, 129: rows and columns ending inside
 a 16-wide tile), odd batch x heads, causal and not, fp32 / fp16 / bf16, scores near 1e4 (a
 running max is needed), logits near 1e4; max-norm relative error (scaletrain.testing).
+A task's compile check is granted only when its kernels' correctness checks passed in the same run
+(`Check.needs`, `grade.with_values`): an empty kernel compiles too.
 Anti-cheat: no attention / softmax / loss library call in the student files (static check) and
 none at run time (a TorchDispatchMode flags aten's kernels), and the check "keeps no n x n
 matrix" flags any tensor of n x n elements made during the kernel call.
@@ -47,6 +49,8 @@ C_CE_HUGE = "cross-entropy on logits near 1e4 over several vocabulary chunks"
 TRITON_KERNELS = {"1b.1": ("attention_triton", "attention_fwd_kernel"),
                   "1b.2": ("attention_triton", "attention_bwd_dkdv_kernel"),
                   "1b.3": ("cross_entropy_triton", "cross_entropy_fwd_kernel")}
+# a task's compile check is granted only with its kernels' correctness in the same run: an empty kernel compiles
+COMPUTES = {"1b.1": (C_SMOKE, C_CAUSAL), "1b.2": (C_BWD, C_BWD_CAUSAL), "1b.3": (C_CE,)}
 BACKWARD_DQ = ("attention_triton", "attention_bwd_dq_kernel")
 CE_BACKWARD = ("cross_entropy_triton", "cross_entropy_bwd_kernel")
 SPEED = {"1b.1": "FlashAttention forward speed: >= 2x SDPA's math path, >= 0.7x its flash path (n = 4096, fp16)",
@@ -109,7 +113,7 @@ MANIFEST = Manifest(
             Check("1b.3", C_CE_HUGE, 4),
         )),
         Group("compile_triton", f"{_S}:group_compile_triton", timeout_s=300, trusted=True, checks=tuple(
-            Check(task, _compile_check(task), 2) for task in TRITON_KERNELS)),
+            Check(task, _compile_check(task), 2, needs=COMPUTES[task]) for task in TRITON_KERNELS)),
         Group("gpu_speed", f"{_S}:group_gpu_speed", timeout_s=600, needs_gpu=True, trusted=True, checks=(
             Check("1b.1", SPEED["1b.1"], 10),
             Check("1b.2", SPEED["1b.2"], 8),
@@ -126,11 +130,13 @@ MANIFEST = Manifest(
                 groups=("smoke", "attention"),
                 expect={C_SMOKE: "passed", C_CAUSAL: "failed", C_BWD: "passed", C_BWD_CAUSAL: "failed"}),
         # the launcher patched at import computes in torch beside a kernel that stores zeros: the
-        # grader takes only the file's @triton.jit functions, so the patch never runs (issue 28)
+        # grader takes only the file's @triton.jit functions, so the patch never runs, and the kernel,
+        # which compiles, earns no compile points without its values (issue 28)
         Planted("a launcher patched at import to compute in torch, the kernel storing zeros", AT,
                 (("    o = acc / l_i[:, None]\n", "    o = acc * 0.0\n"),
                  ("\n\ndef attention_tiles(", _DENSE + "\n\ndef attention_tiles(")),
-                groups=("smoke",), expect={C_SMOKE: "failed", C_CAUSAL: "failed"}),
+                groups=("smoke", "compile_triton"),
+                expect={C_SMOKE: "failed", C_CAUSAL: "failed", _compile_check("1b.1"): "failed"}),
         Planted("calls scaled_dot_product_attention", AT,
                 ("    o = torch.empty_like(q)\n",
                  "    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)\n"),
