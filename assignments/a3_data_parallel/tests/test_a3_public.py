@@ -15,6 +15,7 @@ import torch
 from autograder.checks import student_module
 from scaletrain.launch import spawn
 from scaletrain.models import GPT, GPTConfig, make_batch
+from scaletrain.testing import assert_close, expect_equal
 
 bucket_mod = student_module("dp_bucket", default=__file__)
 
@@ -33,7 +34,8 @@ def _nbytes(p):
 @pytest.mark.task3_1
 def test_task3_1_docstring_example():
     params = [torch.zeros(n) for n in (10, 20, 30, 40)]
-    assert bucket_mod.assign_buckets(params, 200) == [[3], [2, 1], [0]]
+    expect_equal(bucket_mod.assign_buckets(params, 200), [[3], [2, 1], [0]],
+                 what="assign_buckets(float32 numels [10, 20, 30, 40], cap_bytes=200), the docstring's example")
 
 
 @pytest.mark.task3_1
@@ -41,17 +43,23 @@ def test_task3_1_docstring_example():
 def test_task3_1_reverse_greedy_on_the_tiny_gpt(cap):
     params = list(GPT(CFG).parameters())
     buckets = bucket_mod.assign_buckets(params, cap)
-    assert [i for b in buckets for i in b] == list(reversed(range(len(params))))
-    for b in buckets:
-        assert len(b) == 1 or sum(_nbytes(params[i]) for i in b) <= cap
-    for a, b in zip(buckets, buckets[1:]):  # greedy: the next parameter did not fit
-        assert sum(_nbytes(params[i]) for i in a) + _nbytes(params[b[0]]) > cap
+    call = f"assign_buckets(the tiny GPT's {len(params)} parameters, cap_bytes={cap})"
+    expect_equal([i for b in buckets for i in b], list(reversed(range(len(params)))),
+                 what=f"{call}: the buckets concatenated (last parameter first)")
+    for k, b in enumerate(buckets):
+        size = sum(_nbytes(params[i]) for i in b)
+        assert len(b) == 1 or size <= cap, f"{call}: bucket {k} {b} holds {size} bytes > the cap"
+    for k, (a, b) in enumerate(zip(buckets, buckets[1:])):  # greedy: the next parameter did not fit
+        room = cap - sum(_nbytes(params[i]) for i in a)
+        assert _nbytes(params[b[0]]) > room, (f"{call}: bucket {k} closed with {room} bytes free, but parameter "
+                                              f"{b[0]} ({_nbytes(params[b[0]])} bytes) fits there")
 
 
 @pytest.mark.task3_1
 def test_task3_1_dtype_change_closes_the_bucket():
     params = [torch.zeros(2), torch.zeros(2, dtype=torch.float64), torch.zeros(2)]
-    assert bucket_mod.assign_buckets(params, 10**6) == [[2], [1], [0]]
+    expect_equal(bucket_mod.assign_buckets(params, 10**6), [[2], [1], [0]],
+                 what="assign_buckets([float32, float64, float32] of 2 elements, cap_bytes=10**6)")
 
 
 # ---------------------------------------------------------------- 3.2 and 3.3 on 2 ranks
@@ -92,28 +100,29 @@ def _reference_buckets(params, cap_bytes):
     return [list(b) for b in REFERENCE_BUCKETS]
 
 
-def _close(grads, ref):
-    for g, r in zip(grads, ref):
-        assert g is not None, "a .grad is None after finish_gradient_synchronization()"
-        torch.testing.assert_close(g, r, rtol=2e-5, atol=2e-5 * float(r.abs().max()))
+def _close(grads, ref, what):
+    names = [name for name, _ in GPT(CFG).named_parameters()]
+    for name, g, r in zip(names, grads, ref):
+        assert g is not None, f"{what}: {name}.grad is None after finish_gradient_synchronization()"
+        assert_close(g, r, rtol=2e-5, what=f"{what}: gradient of {name} against one process on the whole batch")
 
 
 def _sync_after_backward(dpm, rank):
     grads, during, _ = _step(dpm, rank, overlap=False)
-    assert during == 0
-    _close(grads, _grads_single_process(P * B, 7))
+    expect_equal(during, 0, what="DataParallel(overlap=False): allreduces launched during backward")
+    _close(grads, _grads_single_process(P * B, 7), f"DataParallel(overlap=False), {P} ranks x {B} sequences")
 
 
 def _overlap(dpm, rank):
     grads, during, n_buckets = _step(dpm, rank)
-    assert n_buckets > 1
+    assert n_buckets > 1, f"DataParallel(bucket_cap_mb={CAP_MB}) built {n_buckets} bucket(s); the reference 7"
     assert during >= n_buckets - 1, f"only {during} of {n_buckets} buckets launched during backward"
-    _close(grads, _grads_single_process(P * B, 7))
+    _close(grads, _grads_single_process(P * B, 7), f"DataParallel (overlap), {P} ranks x {B} sequences")
 
 
 def _no_sync(dpm, rank):
     grads, _, _ = _step(dpm, rank, micro=4)
-    _close(grads, _grads_single_process(P * 4 * B, 7))
+    _close(grads, _grads_single_process(P * 4 * B, 7), f"DataParallel, 3 micro-steps in no_sync() and a 4th, {P} ranks")
 
 
 CHECKS = {"sync": _sync_after_backward, "overlap": _overlap, "no_sync": _no_sync}
