@@ -15,6 +15,7 @@ import torch.nn.functional as Fn
 from autograder.checks import student_module
 from scaletrain.launch import spawn
 from scaletrain.pipeline import Action, gpipe, one_f_one_b, simulate, validate
+from scaletrain.testing import assert_close, expect_equal
 
 sched = student_module("pp_schedules", default=__file__)
 val = student_module("pp_validate", default=__file__)
@@ -35,13 +36,20 @@ def as_library(schedule):
     return {r: [Action(a.stage, a.kind, a.microbatch) for a in acts] for r, acts in schedule.items()}
 
 
+def expect_order(got, want, call):
+    """Rank by rank, the actions as `F0@s1` strings: the message shows where the order departs."""
+    expect_equal(sorted(got), sorted(want), what=f"{call}: ranks")
+    for r in want:
+        expect_equal([str(a) for a in got[r]], [str(a) for a in want[r]], what=f"{call}, rank {r}")
+
+
 @pytest.mark.task4_1
 def test_task4_1_one_f_one_b_table():
-    assert as_library(sched.one_f_one_b(3, 4)) == table({
-        0: "F0 F1 F2 B0 F3 B1 B2 B3",   # warm-up p-r-1 = 2 forwards, 2 steady pairs, 2 owed backwards
+    expect_order(as_library(sched.one_f_one_b(3, 4)), table({
+        0: "F0 F1 F2 B0 F3 B1 B2 B3",   # warm-up, steady pairs, cool-down
         1: "F0 F1 B0 F2 B1 F3 B2 B3",
         2: "F0 B0 F1 B1 F2 B2 F3 B3",   # the last stage alternates from the start
-    })
+    }), "one_f_one_b(3, 4)")
 
 
 @pytest.mark.task4_1
@@ -50,8 +58,10 @@ def test_task4_1_bubble_and_in_flight(p, m):
     schedule = as_library(sched.one_f_one_b(p, m))
     validate(schedule, p, m)
     sim = simulate(schedule, t_f=1, t_b=2)
-    assert sim.bubble_fraction == pytest.approx((p - 1) / (m + p - 1))
-    assert list(sim.peak_in_flight) == [p - r for r in range(p)]
+    assert_close(sim.bubble_fraction, (p - 1) / (m + p - 1), rtol=1e-9,
+                 what=f"one_f_one_b({p}, {m}): simulated bubble fraction (t_b = 2 t_f), GPipe's (p-1)/(m+p-1)")
+    expect_equal(list(sim.peak_in_flight), [p - r for r in range(p)],
+                 what=f"one_f_one_b({p}, {m}): peak microbatches in flight per rank (p - r on rank r)")
 
 
 @pytest.mark.task4_1
@@ -63,10 +73,10 @@ def test_task4_1_rejects_m_below_p():
 @pytest.mark.task4_2
 def test_task4_2_interleaved_table():
     # p = 2, v = 2: rank 0 holds stages 0 and 2, rank 1 holds 1 and 3
-    assert as_library(sched.interleaved_1f1b(2, 4, 2)) == table({
+    expect_order(as_library(sched.interleaved_1f1b(2, 4, 2)), table({
         0: "F0@0 F1@0 F0@2 F1@2 F2@0 B0@2 F3@0 B1@2 F2@2 B0@0 F3@2 B1@0 B2@2 B3@2 B2@0 B3@0",
         1: "F0@1 F1@1 F0@3 B0@3 F1@3 B1@3 F2@1 B0@1 F3@1 B1@1 F2@3 B2@3 F3@3 B3@3 B2@1 B3@1",
-    })
+    }), "interleaved_1f1b(2, 4, 2)")
 
 
 @pytest.mark.task4_2
@@ -74,7 +84,8 @@ def test_task4_2_interleaved_table():
 def test_task4_2_bubble(p, m, v):
     schedule = as_library(sched.interleaved_1f1b(p, m, v))
     validate(schedule, p, m, v)
-    assert simulate(schedule).bubble_fraction == pytest.approx((p - 1) / (v * m + p - 1))
+    assert_close(simulate(schedule).bubble_fraction, (p - 1) / (v * m + p - 1), rtol=1e-9,
+                 what=f"interleaved_1f1b({p}, {m}, {v}): simulated bubble fraction, (p-1)/(vm+p-1)")
 
 
 @pytest.mark.task4_2
@@ -97,8 +108,10 @@ def test_task4_3_reports_a_deadlock_with_rank_and_action():
                    val.Action)
     with pytest.raises(ValueError) as err:
         val.validate(broken, 3, 4)
-    assert err.value.rank == 0 and str(err.value.action) == "B0@s0"
-    assert "rank 0 stalls at B0@s0" in str(err.value) and "rank 1 stalls at F1@s1" in str(err.value)
+    expect_equal((err.value.rank, str(err.value.action)), (0, "B0@s0"),
+                 what="validate(1F1B(3, 4) with rank 0's B0 moved before F1): the ScheduleError's (rank, action)")
+    for line in ("rank 0 stalls at B0@s0", "rank 1 stalls at F1@s1"):
+        assert line in str(err.value), f"the ScheduleError's message lacks {line!r}: {err.value}"
 
 
 @pytest.mark.task4_3
