@@ -23,12 +23,14 @@ def check_case(batch, seq, dim, dtype, backend, p=0.0, device="cpu", seed=0):
     ids = torch.randint(0, 13, (batch, seq), device=device)  # 13 ids for many tokens: repeated rows collide
     tok = torch.randn(13, dim, device=device).to(dtype).requires_grad_()
     pos = torch.randn(seq + 2, dim, device=device).to(dtype).requires_grad_()
+    with torch.no_grad():  # kept entries that sum to exactly 0 (in bf16 ~1e-3 of them by chance): a row of them
+        pos[0] = -tok[ids[0, 0]]
     y = embedding(ids, tok, pos, p=p, seed=seed, backend=backend)
     dy = torch.randn_like(y)
     y.backward(dy)
     ref = [t.detach().double().requires_grad_() for t in (tok, pos)]
     dense = F.embedding(ids, ref[0]) + ref[1][:seq]
-    keep = (y != 0).double() if p else torch.ones_like(dense)
+    keep = _kept(ids, tok, pos, p, seed, backend) if p else torch.ones_like(dense)
     expected = dense * keep / (1 - p)
     expected.backward(dy.double())
     tol = TOLERANCE[dtype]
@@ -38,6 +40,14 @@ def check_case(batch, seq, dim, dtype, backend, p=0.0, device="cpu", seed=0):
     if p:
         dropped = 1 - keep.mean().item()
         assert abs(dropped - p) < 0.05, f"dropped {dropped:.3f} of the entries, expected about {p}"
+
+
+def _kept(ids, tok, pos, p, seed, backend):
+    """The dropout mask, read back through the seed on inputs that cannot cancel (ones): y == 0 is
+    no sign of a dropped entry where tok + pos is exactly 0, which the H200 run's bf16 case had by
+    chance (dposition 'relative error 0.32': the test dropped kept gradients, issue 29)."""
+    ones = embedding(ids, torch.ones_like(tok), torch.zeros_like(pos), p=p, seed=seed, backend=backend)
+    return (ones != 0).double()
 
 
 CASES = [(3, 17, 24, torch.float32, 0.0), (2, 33, 130, torch.float16, 0.0), (5, 31, 64, torch.float32, 0.25)]

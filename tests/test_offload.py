@@ -98,19 +98,31 @@ def test_bad_input_raises():
         OffloadOptimizer(GPT(CFG), torch.optim.Adam, host="meta", lr=1e-3)
 
 
+def _after_backward(device: str) -> OffloadOptimizer:
+    """test_real_device_to_host_traffic's engine after one backward.  Loss scale 2^8, as in
+    test_tiers_hold_what_the_zero_paper_says: the default 2^16 overflows this GPT's fp16 gradients
+    at the first step, on a CPU as on the H200, where step() returned False (skipped, issue 29)."""
+    off = OffloadOptimizer(GPT(CFG).to(device), torch.optim.Adam, dtype=torch.float16, lr=1e-3,
+                           scaler=dict(init_scale=2.0**8))
+    idx, tgt = (t.to(device) for t in make_batch(CFG, 3))
+    off.backward(off.model(idx, tgt)[1])
+    return off
+
+
+def test_the_gpu_test_s_first_step_is_taken_here_too():
+    assert _after_backward("cpu").step()
+
+
 @pytest.mark.gpu
 def test_real_device_to_host_traffic(tmp_path):
     """On a GPU: the model on the device, the master in pinned host memory, and the profiler's
     memcpy records of one step: one device→host copy of 2 B per parameter, the same back."""
     from torch.profiler import ProfilerActivity, profile
 
-    model = GPT(CFG).cuda()
-    off = OffloadOptimizer(model, torch.optim.Adam, dtype=torch.float16, lr=1e-3)
+    off = _after_backward("cuda")
     assert all(m.device.type == "cpu" and m.is_pinned() for m in off.master)
     assert all(p.is_cuda and p.dtype == torch.float16 for p in off.params)
     psi = sum(p.numel() for p in off.params)
-    idx, tgt = (t.cuda() for t in make_batch(CFG, 3))
-    off.backward(off.model(idx, tgt)[1])
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         assert off.step()
