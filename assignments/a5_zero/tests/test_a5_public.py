@@ -13,6 +13,7 @@ import torch
 
 from autograder.checks import student_module
 from scaletrain.launch import spawn
+from scaletrain.testing import assert_close, expect_equal
 from scaletrain.zero import audit, verify
 
 zm = student_module("zero_engine", default=__file__)
@@ -24,7 +25,7 @@ def test_task5_1_shard_of_is_a_view():
     full = torch.arange(12.0)
     for rank in range(3):
         shard = zm.shard_of(full, rank, 3)
-        assert torch.equal(shard, full[4 * rank:4 * rank + 4])
+        expect_equal(shard.tolist(), full[4 * rank:4 * rank + 4].tolist(), what=f"shard_of(arange(12), {rank}, 3)")
         assert shard.data_ptr() == full[4 * rank:].data_ptr(), "shard_of must return a view, not a copy"
 
 
@@ -34,10 +35,10 @@ def _unshard(rank):
         full = torch.zeros(P * m)
         full[rank * m:(rank + 1) * m] = expected[rank * m:(rank + 1) * m]
         zm.unshard(full, full[rank * m:(rank + 1) * m])  # the shard is a view of `full`
-        torch.testing.assert_close(full, expected)
+        assert_close(full, expected, rtol=0, what=f"rank {rank}: unshard of {P} shards of {m}, the shard a view of the output")
         separate = torch.zeros(P * m)
         zm.unshard(separate, expected[rank * m:(rank + 1) * m].clone())  # a separate shard
-        torch.testing.assert_close(separate, expected)
+        assert_close(separate, expected, rtol=0, what=f"rank {rank}: unshard of {P} shards of {m}, a separate shard")
 
 
 def _stage(stage, rank):
