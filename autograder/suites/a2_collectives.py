@@ -12,7 +12,8 @@ Here, and only here:
 - the technique, from the traffic: every message goes to the next rank of the ring and comes from
   the previous one, a result that needs the ring moves at least its volume (a sum computed some
   other way moved nothing), the allreduce hands isend exactly 2(p-1)·ceil(n/p)·itemsize bytes and
-  records them as 2(p-1) messages;
+  records them as 2(p-1) messages; bytes are evidence, granted only with the allreduce's values
+  (`Check.needs`, `grade.with_values`);
 - forbidden collectives: each rank installs traps before it imports the submission (a collective
   saved at import or called as a ProcessGroup method is the trap too) and reports every trap
   reached, even one whose exception the student's code caught: `flagged`;
@@ -223,7 +224,7 @@ MANIFEST = Manifest(
     forbidden={RING: FORBIDDEN},
     groups=(
         Group("p3", "autograder.suites.a2_collectives:group_p3", timeout_s=90, trusted=True, checks=(
-            Check("2.1", C_RS, 3), Check("2.2", C_AG, 2), Check("2.3", C_AR, 3), Check("2.3", C_BYTES, 2),
+            Check("2.1", C_RS, 3), Check("2.2", C_AG, 2), Check("2.3", C_AR, 3), Check("2.3", C_BYTES, 2, needs=(C_AR,)),
             Check("2.1", C_RS2, 1), Check("2.2", C_AG2, 1), Check("2.3", C_AR2, 1),
         )),
         Group("speed_cpu", "autograder.suites.a2_collectives:group_speed_cpu", timeout_s=120, trusted=True, checks=(
