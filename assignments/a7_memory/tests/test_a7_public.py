@@ -14,6 +14,7 @@ from autograder.checks import student_module
 from scaletrain.checkpointing import Chain, Split, Store, min_peak, simulate
 from scaletrain.memory_measure import track_saved_tensors
 from scaletrain.models import Block, GPTConfig
+from scaletrain.testing import assert_close, expect_equal
 
 ls = student_module("loss_scaler", default=__file__)
 cf = student_module("checkpoint_function", default=__file__)
@@ -32,7 +33,9 @@ def test_task7_1_scale_follows_grad_scaler():
         theirs.step(opt)
         theirs.update()
         ours.update(bool(bad))
-        assert ours.scale == theirs.get_scale(), f"step {step}"
+        expect_equal(ours.scale, theirs.get_scale(),
+                     what=f"DynamicLossScaler(init 1024, x2 every 3 clean steps, /2 on overflow).scale after step "
+                          f"{step} ({'overflow' if bad else 'clean'}), against torch's GradScaler")
 
 
 @pytest.mark.task7_2
@@ -53,9 +56,13 @@ def test_task7_2_checkpoint_equals_plain_backward_with_dropout():
 
     out, grads, xgrad, held = run(lambda leaf: cf.checkpoint(block, leaf))
     ref_out, ref_grads, ref_xgrad, _ = run(block)
-    assert torch.equal(out, ref_out) and torch.equal(xgrad, ref_xgrad)
-    assert all(torch.equal(a, b) for a, b in zip(grads, ref_grads)), "dropout masks differ: restore the RNG state"
-    assert held == x.numel() * 4, "after the forward only the input may be kept"
+    where = "checkpoint(Block(h 12, 3 heads, dropout 0.3), x of (2, 7, 12))"
+    assert_close(out, ref_out, rtol=0, what=f"{where}: output against the block without checkpointing")
+    assert_close(xgrad, ref_xgrad, rtol=0, what=f"{where}: input gradient")
+    names = [name for name, _ in block.named_parameters()]
+    differ = [n for n, a, b in zip(names, grads, ref_grads) if not torch.equal(a, b)]
+    assert not differ, f"{where}: the gradients of {differ} differ: the dropout masks differ, restore the RNG state"
+    expect_equal(held, x.numel() * 4, what=f"{where}: bytes saved for backward after the forward (only the input)")
 
 
 def _all_plans(s, t):
@@ -77,7 +84,9 @@ def test_task7_3_planner_finds_the_fastest_plan_within_budget():
     sims = [simulate(p, chain) for p in _all_plans(0, chain.n - 1)]
     for budget in range(min_peak(chain), max(s.peak_bytes for s in sims) + 1, 3):
         got = simulate(rp.plan_rotor(chain, budget), chain)
-        assert got.peak_bytes <= budget
-        assert got.time_s == min(s.time_s for s in sims if s.peak_bytes <= budget), f"budget {budget}"
+        assert got.peak_bytes <= budget, f"plan_rotor(the 5-stage chain, budget {budget}): peak {got.peak_bytes} > budget"
+        expect_equal(got.time_s, min(s.time_s for s in sims if s.peak_bytes <= budget),
+                     what=f"plan_rotor(the 5-stage chain, budget {budget}): time of the plan against the fastest "
+                          f"of all {len(sims)} plans within the budget")
     with pytest.raises(ValueError):
         rp.plan_rotor(chain, min_peak(chain) - 1)
