@@ -22,6 +22,8 @@ computing the whole batch and each rank's own rows:
 - overlap counts only such genuine launches that started before the last gradient of backward;
 - exactly one allreduce per bucket and nothing else on the wire but the library's used-parameter
   map (one allreduce after the buckets), none inside no_sync();
+- the count of allreduces and the overlap are evidence, granted only with the gradients' values
+  (`Check.needs`, `grade.with_values`);
 - a parameter no rank used keeps .grad None (torch DDP's find_unused_parameters semantics).
 A bucket that is never launched ends as `timeout` after WAIT_S (DataParallel's bucket wait), a
 deadlock when the process group's timeout expires. torch's DistributedDataParallel is forbidden in
@@ -170,8 +172,8 @@ MANIFEST = Manifest(
             Check("3.1", C_ORDER, 2), Check("3.1", C_CAP, 2), Check("3.1", C_DTYPE, 1),
         )),
         Group("ddp", "autograder.suites.a3_data_parallel:group_ddp", timeout_s=150, trusted=True, checks=(
-            Check("3.2", C_SYNC, 3), Check("3.2", C_ONCE, 1), Check("3.2", C_UNUSED, 2),
-            Check("3.3", C_OVERLAP, 2), Check("3.3", C_HOOKED, 2), Check("3.3", C_NOSYNC, 2),
+            Check("3.2", C_SYNC, 3), Check("3.2", C_ONCE, 1, needs=(C_SYNC,)), Check("3.2", C_UNUSED, 2),
+            Check("3.3", C_OVERLAP, 2, needs=(C_HOOKED,)), Check("3.3", C_HOOKED, 2), Check("3.3", C_NOSYNC, 2),
             Check("3.3", C_UNUSED_HOOKED, 1),
         )),
     ),
@@ -185,7 +187,7 @@ MANIFEST = Manifest(
                 expect={C_CAP: "failed", C_ORDER: "passed", C_DTYPE: "passed"}),
         Planted("gradients summed, not averaged", DF,
                 ("            bucket.buffer.div_(self.dp_world_size)\n", ""), groups=("ddp",),
-                expect={C_SYNC: "failed", C_HOOKED: "failed", C_OVERLAP: "passed", C_ONCE: "passed"}),
+                expect={C_SYNC: "failed", C_HOOKED: "failed", C_OVERLAP: "failed", C_ONCE: "failed"}),
         Planted("no hook registered: everything syncs in finish", DF,
                 ("self._hooks.append(param.register_post_accumulate_grad_hook(self._on_grad_ready))",
                  "continue"), groups=("ddp",),
