@@ -23,7 +23,8 @@ hidden inputs, the expected values and the verdicts stay here:
 
 What stays best effort: the trace is recorded in the process that runs the student's code (by
 wrappers around the stage modules), so code that finds and rewrites it in memory could forge an
-order; the gradients, losses and hidden schedules are judged here and cannot be. The probe also
+order; the gradients, losses and hidden schedules are judged here and cannot be, and the activations
+freed (memory evidence) are granted only with GPipe's and 1F1B's gradients (`Check.needs`). The probe also
 replaces the executor's call to `validate` (the student's own dry run, under the library's name
 in the worker) by nothing: the schedules are the library's, and task 4.4 must not depend on 4.3.
 """
@@ -135,7 +136,7 @@ MANIFEST = Manifest(
             Check("4.4", GPIPE_1F1B, 3),
             Check("4.4", INTERLEAVED, 2),
             Check("4.4", ZB_H1, 1),
-            Check("4.4", LOSSES, 1),
+            Check("4.4", LOSSES, 1, needs=(GPIPE_1F1B,)),
         )),
     ),
     planted=(
@@ -190,13 +191,13 @@ MANIFEST = Manifest(
                         "1F1B rejects m < p with a ValueError": "failed",
                         "interleaved is valid with bubble (p-1)/(vm+p-1) on hidden (p, m, v)": "passed"}),
         Planted("loss not divided by m", E, ("y = loss / self.m", "y = loss"), groups=("executor",),
-                expect={GPIPE_1F1B: "failed", LOSSES: "passed"}),
+                expect={GPIPE_1F1B: "failed", LOSSES: "failed"}),
         Planted("executor runs every schedule as GPipe (all forwards, then all backwards)", E,
                 ("self.actions: list[Action] = list(schedule[self.pp_rank])",
                  "self.actions: list[Action] = sorted(schedule[self.pp_rank], key=lambda a: (\n"
                  "            a.kind != F, a.stage if a.kind == F else -a.stage, a.microbatch, a.kind == W))"),
                 groups=("executor",),
-                expect={GPIPE_1F1B: "failed", INTERLEAVED: "failed", ZB_H1: "failed", LOSSES: "passed"}),
+                expect={GPIPE_1F1B: "failed", INTERLEAVED: "failed", ZB_H1: "failed", LOSSES: "failed"}),
     ),
 )
 
