@@ -11,19 +11,13 @@ chains: how to train deep neural networks with limited memory" (Rotor; "Training
 lecture, "Methods to Reduce Activations Memory: Rotor"): a dynamic program over sub-chains that
 finds the fastest schedule within a budget. Let C(s, t, held, m) be the least time to
 backpropagate stages s..t (their input x_{s-1} given, held by a checkpoint already or not; the
-gradient of x_t arriving) while never keeping more than m bytes above what is kept outside:
-
-  C(s, t, held, m) = min of
-    Store:  u_f(s) + C(s+1, t, False, m − tape(s, held)) + u_b(s)                 if tape(s, held) ≤ m
-            (s = t: u_f(s) + u_b(s))
-    Split:  min over s < k ≤ t of  Σ_{i=s}^{k-1} u_f(i) + C(k, t, False, m − keep)
-                                    + C(s, k−1, True, m − keep)                     if keep ≤ m
-            with keep = 0 if held else a_s (the checkpoint of x_{s-1})
-
-and ∞ when nothing fits. The memory arguments follow `schedule.simulate`'s recurrences: a Store
-holds its tape while the rest runs; a Split holds its checkpoint while the rest runs *and* while
-its first part is redone. The answer is C(0, n−1, False, budget) and the tree of choices that
-reaches it. Exact bytes (no discretisation, unlike Rotor's memory slots), so it equals a brute
+gradient of x_t arriving) while never keeping more than m bytes above what is kept outside.
+Its options are the two ways to run stage s (`Store` with its tape, or `Split` at some k with a
+checkpoint of x_{s-1}: the handout, task 7.3, and schedule.py), each costing its own level's
+time plus its sub-problems' optimal times; ∞ when nothing fits. The memory follows
+`schedule.simulate`'s rules: a Store holds its tape while the rest runs; a Split holds its
+checkpoint while the rest runs *and* while its first part is redone. The answer is
+C(0, n−1, False, budget) and the tree of choices that reaches it. Exact bytes (no discretisation, unlike Rotor's memory slots), so it equals a brute
 force over all plans; `plan_rotor` is task 7.3 of assignment a7.
 """
 
