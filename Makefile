@@ -45,10 +45,13 @@ selftest: setup
 release: setup
 	$(BIN)/python -m autograder release
 
-# On a CUDA machine: every gpu-marked test, the solutions graded on the GPU, the kernel benchmark,
-# one report (bench_out/gpu_check/report.md). On a CPU machine: says so and exits 0.
-gpu-check: setup
-	$(BIN)/python -m autograder gpu-check
+# On a CUDA machine as it comes (no network, its own CUDA torch, no nbval): every gpu-marked test, the
+# solutions graded on the GPU, a class regraded (--device cuda --cpu-results), the kernel benchmark, one
+# report (bench_out/gpu_check/report.md) with the versions that ran beside the pins. No setup, no venv,
+# nothing installed: it runs on the first interpreter whose torch sees a GPU (this one, GPU_PYTHON, .venv,
+# python3), the checkout on PYTHONPATH (autograder/gpu_check.py). On a CPU machine: says so and exits 0.
+gpu-check:
+	PYTHONPATH=$(CURDIR)/lib:$(CURDIR) $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) -m autograder gpu-check
 
 clean:
 	rm -rf $(VENV) bench_out results.json .pytest_cache

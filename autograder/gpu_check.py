@@ -1,23 +1,36 @@
 """`make gpu-check` (`python -m autograder gpu-check`): everything that needs a CUDA GPU, one command, one report.
 
-On a machine with a CUDA GPU it runs, in order:
-1. every `gpu`-marked test (`pytest -m gpu`, junit XML read back per test);
+It runs on a GPU machine as it comes (no network, a CUDA torch already installed, no nbval): it
+installs nothing and uses no venv of its own.  Of the interpreters it can see -- this one,
+$GPU_PYTHON, the repository's .venv, `python3` and `python` on PATH -- it takes the first whose
+torch sees a CUDA GPU, and runs everything there with PYTHONPATH = lib:. (the checkout, not an
+installed copy).  The first GPU run (an H200, 2026-11-27) had torch 2.11 / triton 3.6 against the
+pins 2.13 / 3.9, and `make gpu-check` then failed before testing anything (issue 29).  In order:
+1. every `gpu`-marked test (`pytest -m gpu` with the repository's addopts replaced: they name
+   nbval's --nbval-lax; junit XML read back per test);
 2. the bundled solutions graded with `--device cuda` (the CUDA correctness checks, and the speed
    checks with their margins: GB/s, x naive, x native);
-3. the kernel benchmark (`scaletrain.ops.benchmark.gpu_rows`: GB/s and % of peak DRAM bandwidth
+3. a small class (the solution, the untouched stub, one planted bug: CLASS) regraded as an
+   instructor does after Gradescope: `regrade --device cpu`, then `regrade --device cuda
+   --cpu-results` on the same folder (only the GPU groups run), scores.csv read back;
+4. the kernel benchmark (`scaletrain.ops.benchmark.gpu_rows`: GB/s and % of peak DRAM bandwidth
    per kernel, backend and row length, against naive and native from the same run);
-and writes `report.md` and `report.json` (GPU name, versions, every outcome, every figure) under
-`--out` (default bench_out/gpu_check). Exit 0 when everything passed, 1 otherwise.
+and writes `report.md` and `report.json` (GPU name, the versions that ran beside the pins, every
+outcome, every figure) under `--out` (default bench_out/gpu_check). Exit 0 when everything
+passed, 1 otherwise.
 
-On a machine without one it says so and exits 0 having run nothing: nothing GPU-side can be
+On a machine without a GPU it says so and exits 0 having run nothing: nothing GPU-side can be
 checked there, and nothing is reported as passed.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import platform
+import re
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -25,7 +38,15 @@ from pathlib import Path
 
 from autograder.manifest import REPO
 
-STEP_TIMEOUT_S = 3600   # each of the three steps; a hang is reported, not waited on forever
+STEP_TIMEOUT_S = 3600   # each step; a hang is reported, not waited on forever
+CLASS = {"a1": "CUDA softmax that writes zeros"}  # assignment -> the planted bug of the class's third student
+CHILD_ENV = "AUTOGRADER_GPU_CHECK_PYTHON"           # set in the re-executed gpu-check: the interpreter it runs on
+# what an interpreter must answer for gpu-check to run there: its torch, CUDA, triton, pytest-xdist
+PROBE = ("import importlib.util as u, json, platform, torch; c = torch.cuda.is_available(); "
+         "t = u.find_spec('triton') and __import__('triton'); print(json.dumps({'cuda': c, "
+         "'gpu': torch.cuda.get_device_name() if c else None, 'torch': torch.__version__, "
+         "'torch cuda': torch.version.cuda, 'triton': t.__version__ if t else None, "
+         "'python': platform.python_version(), 'xdist': bool(u.find_spec('xdist'))}))")
 
 
 def gpu_facts() -> dict:
@@ -38,6 +59,109 @@ def gpu_facts() -> dict:
     return {"gpu": torch.cuda.get_device_name(), "peak GB/s": peak_gbps(), "torch": torch.__version__,
             "cuda": torch.version.cuda, "triton": triton.__version__, "python": platform.python_version(),
             "gpus": torch.cuda.device_count()}
+
+
+def pins() -> dict:
+    """The versions pyproject.toml pins (torch, triton) and the Python it requires."""
+    text = (REPO / "pyproject.toml").read_text()
+    found = {name: re.search(rf'"{name}==([^";]+)', text) for name in ("torch", "triton")}
+    python = re.search(r'requires-python = "([^"]+)"', text)
+    return {**{k: m.group(1) if m else None for k, m in found.items()}, "python": python.group(1) if python else None}
+
+
+def versions(machine: dict) -> list[dict]:
+    """What ran beside what is pinned, one row per package."""
+    pinned = pins()
+    return [{"package": name, "ran": machine.get(name), "pinned": pinned[name],
+             "same": str(machine.get(name) or "").split("+")[0] == pinned[name]} for name in ("torch", "triton")] + [
+        {"package": "python", "ran": machine.get("python"), "pinned": pinned["python"], "same": None}]
+
+
+def candidates() -> list[str]:
+    """Interpreters to try, in order, each once."""
+    found = [sys.executable, os.environ.get("GPU_PYTHON"), str(REPO / ".venv" / "bin" / "python"),
+             shutil.which("python3"), shutil.which("python")]
+    return list(dict.fromkeys(p for p in found if p and Path(p).is_file()))
+
+
+def probe(python: str) -> dict | None:
+    """PROBE's answer from `python`, or None (no torch there, or it failed)."""
+    try:
+        proc = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = proc.stdout.strip().splitlines()
+    return json.loads(lines[-1]) if proc.returncode == 0 and lines else None
+
+
+def find_cuda_python(tried: list[str] | None = None) -> tuple[str, dict] | tuple[None, None]:
+    """(the first of candidates() whose torch sees a CUDA GPU, its PROBE answer); `tried` collects
+    every interpreter asked and what it said."""
+    for python in candidates():
+        facts = probe(python)
+        if tried is not None:
+            tried.append(f"{python}: " + ("no torch" if facts is None else
+                                         f"torch {facts['torch']}, CUDA {'yes' if facts['cuda'] else 'no'}"))
+        if facts and facts["cuda"]:
+            return python, facts
+    return None, None
+
+
+def environment() -> dict:
+    """This environment with the checkout first on PYTHONPATH: lib/ (scaletrain) and the root (autograder)."""
+    path = [str(REPO / "lib"), str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(path))}
+
+
+def commands(python: str, out: Path, *, xdist: bool = False) -> dict[str, list[str]]:
+    """The command of every step, by name ("tests", "grade", "class <aN> cpu", "class <aN> cuda")."""
+    tests = [python, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+             "--strict-markers", "-ra", *(["-n", "6"] if xdist else []), f"--junitxml={out / 'gpu_tests.xml'}", "tests"]
+    cmds = {"tests": tests, "grade": [python, "-m", "autograder", "grade", "all", "--submission", "solutions",
+                                      "--device", "cuda", "--json", str(out / "grade.json")]}
+    for a in CLASS:
+        regrade = [python, "-m", "autograder", "regrade", a, "--submissions", str(out / "class" / a / "submissions"),
+                   "--out", str(out / "class" / a / "results")]
+        cmds[f"class {a} cpu"] = [*regrade, "--device", "cpu"]
+        cmds[f"class {a} cuda"] = [*regrade, "--device", "cuda", "--cpu-results", str(out / "class" / a / "results")]
+    return cmds
+
+
+def class_folder(assignment: str, root: Path) -> Path:
+    """root/{solution,stub,planted}/ with the assignment's files as a student submits them: the
+    solutions, the stubs, and the solutions with CLASS[assignment]'s bug planted."""
+    from autograder.manifest import get_manifest
+
+    m = get_manifest(assignment)
+    plant = next(p for p in m.planted if p.name == CLASS[assignment])
+    for name, source in (("solution", m.solution_dir()), ("stub", m.stub_dir()), ("planted", m.solution_dir())):
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for file in m.files:
+            text = (source / file).read_text()
+            (root / name / file).write_text(plant.apply(text) if name == "planted" and file == plant.file else text)
+    return root
+
+
+def class_rows(assignment: str, results: Path) -> list[dict]:
+    """scores.csv of the class regrade, a row per student, with the assignment named."""
+    path = results / "scores.csv"
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        return [{"assignment": assignment, **row} for row in csv.DictReader(f)]
+
+
+def class_as_expected(rows: list[dict]) -> bool:
+    """For each assignment of CLASS: nothing pending (the GPU groups ran), the solution at full
+    marks, the stub at 0, the planted bug below full marks."""
+    by = {(r["assignment"], r["name"]): r for r in rows}
+    try:
+        return all(all(float(by[a, n]["pending"]) == 0 for n in ("solution", "stub", "planted"))
+                   and float(by[a, "solution"]["total"]) == float(by[a, "solution"]["max"])
+                   and float(by[a, "stub"]["total"]) == 0
+                   and float(by[a, "planted"]["total"]) < float(by[a, "planted"]["max"]) for a in CLASS)
+    except KeyError:  # a student or a column missing: the regrade did not finish
+        return False
 
 
 def junit_outcomes(path: Path) -> list[dict]:
@@ -62,32 +186,38 @@ def _run(cmd: list[str], log: Path) -> int:
     print(f"$ {' '.join(cmd)}", flush=True)
     try:
         with open(log, "w") as f:
-            return subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, timeout=STEP_TIMEOUT_S).returncode
+            return subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, timeout=STEP_TIMEOUT_S,
+                                  env=environment()).returncode
     except subprocess.TimeoutExpired:
         return 124
 
 
-def collect(out: Path) -> dict:
-    """Run the three steps; the report as data."""
+def collect(out: Path, *, xdist: bool = False) -> dict:
+    """Run the steps; the report as data."""
     from scaletrain.ops.benchmark import gpu_rows
 
     out.mkdir(parents=True, exist_ok=True)
     report = {"machine": gpu_facts()}
-    code = _run([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
-                 f"--junitxml={out / 'gpu_tests.xml'}", "tests"], out / "gpu_tests.log")
+    report["versions"] = versions(report["machine"])
+    cmds = commands(sys.executable, out, xdist=xdist)
+    report["tests_exit"] = _run(cmds["tests"], out / "gpu_tests.log")
     report["tests"] = junit_outcomes(out / "gpu_tests.xml") if (out / "gpu_tests.xml").is_file() else []
-    report["tests_exit"] = code
-    code = _run([sys.executable, "-m", "autograder", "grade", "all", "--submission", "solutions", "--device", "cuda",
-                 "--json", str(out / "grade.json")], out / "grade.log")
+    report["grade_exit"] = _run(cmds["grade"], out / "grade.log")
     report["grade"] = gpu_grades(json.loads((out / "grade.json").read_text())) if (out / "grade.json").is_file() else []
-    report["grade_exit"] = code
+    report["class"], report["class_exit"] = [], 0
+    for a in CLASS:
+        class_folder(a, out / "class" / a / "submissions")
+        for device in ("cpu", "cuda"):
+            report["class_exit"] |= _run(cmds[f"class {a} {device}"], out / "class" / a / f"regrade-{device}.log")
+        report["class"] += class_rows(a, out / "class" / a / "results")
     report["kernels"] = gpu_rows(peak=report["machine"]["peak GB/s"])
     return report
 
 
 def passed(report: dict) -> bool:
     return (report["tests_exit"] == 0 and report["grade_exit"] == 0 and bool(report["tests"])
-            and all(r["outcome"] == "passed" for r in report["grade"]))
+            and all(r["outcome"] == "passed" for r in report["grade"])
+            and report.get("class_exit") == 0 and class_as_expected(report.get("class", [])))
 
 
 def render(report: dict) -> str:
@@ -99,7 +229,7 @@ def render(report: dict) -> str:
     counts = {k: sum(r["outcome"] == k for r in report["tests"]) for k in ("passed", "failed", "error", "skipped")}
     not_passed = [r for r in report["grade"] if r["outcome"] != "passed"]
     lines = [f"# GPU check: {'PASS' if passed(report) else 'FAIL'}", "",
-             " · ".join(f"{k} {v}" for k, v in machine.items()), "",
+             " · ".join(f"{k} {v}" for k, v in machine.items()), "", *_versions_section(report),
              f"## gpu-marked tests (pytest exit {report['tests_exit']})", "",
              ", ".join(f"{v} {k}" for k, v in counts.items()), ""]
     lines += [f"- {r['outcome']}: `{r['test']}`" for r in report["tests"] if r["outcome"] in ("failed", "error")]
@@ -108,19 +238,52 @@ def render(report: dict) -> str:
     if not_passed:
         lines += [f"{len(not_passed)} check(s) did not pass: "
                   + "; ".join(f"{r['assignment']} {r['check']}: {r['outcome']}" for r in not_passed), ""]
+    lines += _class_section(report)
     lines += ["## Kernel benchmark (M = 4096, fp32)", "", bench.format_table(report["kernels"], GPU_COLUMNS), ""]
     return "\n".join(lines)
 
 
-def main(out: str = "bench_out/gpu_check") -> int:
-    import torch
+def _versions_section(report: dict) -> list[str]:
+    from scaletrain import bench
 
-    if not torch.cuda.is_available():
-        print("gpu-check: no CUDA GPU on this machine (torch.cuda.is_available() is False): nothing to check "
+    return ["## Versions that ran, beside the pins (pyproject.toml)", "",
+            bench.format_table(report.get("versions", [])), ""]
+
+
+def _class_section(report: dict) -> list[str]:
+    """The class regrade's scores.csv: regrade --device cpu, then --device cuda --cpu-results."""
+    from scaletrain import bench
+
+    rows = report.get("class", [])
+    columns = [c for c in ("assignment", "name", "total", "max", "pending", "passed", "failed", "error", "timeout",
+                           "not_run", "flagged") if rows and c in rows[0]]
+    verdict = "as expected" if class_as_expected(rows) else "NOT as expected"
+    return [f"## A class regraded: regrade --device cpu, then --device cuda --cpu-results (exit "
+            f"{report.get('class_exit')}; solution full, stub 0, planted {CLASS} below full: {verdict})", "",
+            bench.format_table(rows, columns) if rows else "(no scores.csv)", ""]
+
+
+def main(out: str = "bench_out/gpu_check") -> int:
+    """Find the CUDA interpreter and run again on it (CHILD_ENV set, the checkout on PYTHONPATH);
+    there, _check.  Without one: say so, exit 0, run nothing."""
+    if os.environ.get(CHILD_ENV):
+        return _check(Path(out))
+    tried: list[str] = []
+    python, facts = find_cuda_python(tried)
+    if python is None:
+        print("gpu-check: no CUDA GPU for any interpreter here (" + "; ".join(tried) + "): nothing to check "
               "here; run it on a GPU machine. Nothing was run, nothing is reported as passed.")
         return 0
-    folder = Path(out)
-    report = collect(folder)
+    print(f"gpu-check: running on {python} (torch {facts['torch']}, CUDA {facts['torch cuda']}, "
+          f"triton {facts['triton']}); PYTHONPATH = the checkout; nothing installed", flush=True)
+    os.execve(python, [python, "-m", "autograder", "gpu-check", "--out", out], {**environment(), CHILD_ENV: python})
+    return 2  # not reached
+
+
+def _check(folder: Path) -> int:
+    import importlib.util
+
+    report = collect(folder, xdist=importlib.util.find_spec("xdist") is not None)
     (folder / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     (folder / "report.md").write_text(render(report))
     print(render(report))

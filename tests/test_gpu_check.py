@@ -1,11 +1,20 @@
 """`make gpu-check` (autograder/gpu_check.py): on a CPU it runs nothing and says so; its report
 reads pytest's junit XML and the grader's results.json faithfully and says FAIL on any failure.
-The GPU path itself runs only where a GPU is (issue 18, item 7)."""
+The GPU path itself runs only where a GPU is (issue 18, item 7).  As a GPU machine comes (issue
+29: no network, its own CUDA torch, no nbval): it installs nothing, picks the interpreter whose
+torch sees a GPU, overrides the addopts that name nbval, regrades a class with --cpu-results, and
+names the versions that ran beside the pins; all of which is checked here without a GPU."""
+
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from autograder import gpu_check
+from autograder.manifest import REPO, get_manifest
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" tests="4">
 <testcase classname="tests.test_kernels_cuda" name="test_softmax[fp32]" time="0.1"/>
@@ -23,7 +32,7 @@ def _report(grade_outcome="passed"):
             "grade_exit": 0 if grade_outcome == "passed" else 1,
             "grade": [{"assignment": "a1", "task": "1.1", "check": "Triton softmax forward speed", "outcome": grade_outcome,
                        "reason": "2900 GB/s, 4.10x naive, 1.10x native"}],
-            "kernels": [row]}
+            "kernels": [row], "class": _class(), "class_exit": 0}
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU path: this machine has a GPU")
@@ -54,3 +63,88 @@ def test_report_says_pass_only_when_everything_passed():
     assert not gpu_check.passed(bad) and text.startswith("# GPU check: FAIL")
     assert "a1 Triton softmax forward speed: failed" in text and "2900" in text and "NVIDIA H100" in text
     assert not gpu_check.passed({**good, "tests": []}), "no gpu test ran: not a pass"
+
+
+def _fake_python(tmp_path, name, cuda):
+    """An executable that answers gpu_check.PROBE as an interpreter with (or without) a CUDA torch."""
+    answer = {"cuda": cuda, "gpu": "NVIDIA H200" if cuda else None, "torch": "2.11.0+cu130", "torch cuda": "13.0",
+              "triton": "3.6.0", "python": "3.12.3", "xdist": True}
+    path = tmp_path / name
+    path.write_text(f"#!/bin/sh\necho '{json.dumps(answer)}'\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_it_runs_on_the_interpreter_whose_torch_sees_a_gpu_with_the_checkout_on_the_path(tmp_path, monkeypatch):
+    """The first candidate with CUDA is exec'd with `-m autograder gpu-check`, PYTHONPATH = lib:., and
+    nothing installed (no pip, no venv made)."""
+    monkeypatch.delenv(gpu_check.CHILD_ENV, raising=False)
+    monkeypatch.setattr(gpu_check, "candidates", lambda: [_fake_python(tmp_path, "cpu", False),
+                                                          _fake_python(tmp_path, "gpu", True)])
+    seen = {}
+    monkeypatch.setattr(os, "execve", lambda path, argv, env: seen.update(path=path, argv=argv, env=env))
+    gpu_check.main(str(tmp_path / "out"))
+    assert seen["path"] == str(tmp_path / "gpu")
+    assert seen["argv"] == [seen["path"], "-m", "autograder", "gpu-check", "--out", str(tmp_path / "out")]
+    assert seen["env"]["PYTHONPATH"].split(os.pathsep)[:2] == [str(REPO / "lib"), str(REPO)]
+    assert seen["env"][gpu_check.CHILD_ENV] == seen["path"]
+
+
+def test_the_commands_need_no_nbval_and_regrade_the_gpu_groups_on_the_cpu_run(tmp_path):
+    cmds = gpu_check.commands("/opt/torch/.venv/bin/python3", tmp_path, xdist=True)
+    tests = cmds["tests"]
+    assert tests[:3] == ["/opt/torch/.venv/bin/python3", "-m", "pytest"] and "-o" in tests
+    assert tests[tests.index("-o") + 1] == "addopts=" and not any("nbval" in arg for arg in tests)
+    assert "--strict-markers" in tests and tests[-1] == "tests" and tests[3:5] == ["-m", "gpu"]
+    for a in gpu_check.CLASS:
+        cpu, gpu = cmds[f"class {a} cpu"], cmds[f"class {a} cuda"]
+        results = str(tmp_path / "class" / a / "results")
+        assert cpu[2:5] == ["autograder", "regrade", a] and cpu[-2:] == ["--device", "cpu"]
+        assert gpu[-4:] == ["--device", "cuda", "--cpu-results", results] and gpu[gpu.index("--out") + 1] == results
+    assert not any("pip" in arg or "install" in arg for cmd in cmds.values() for arg in cmd)
+
+
+def test_make_gpu_check_sets_nothing_up():
+    """No `setup` prerequisite (it pip-installs the pinned stack): the recipe runs gpu-check itself."""
+    dry = subprocess.run(["make", "-n", "gpu-check"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.strip().splitlines() == [
+        f"PYTHONPATH={REPO}/lib:{REPO} {'.venv/bin/python' if (REPO / '.venv/bin/python').exists() else 'python3'} "
+        "-m autograder gpu-check"]
+
+
+def test_versions_name_what_ran_beside_the_pins():
+    pinned = gpu_check.pins()
+    assert pinned["torch"] and pinned["triton"] and pinned["python"].startswith(">=")
+    rows = {r["package"]: r for r in gpu_check.versions({"torch": "2.11.0+cu130", "triton": "3.6.0", "python": "3.12.3"})}
+    assert rows["torch"] == {"package": "torch", "ran": "2.11.0+cu130", "pinned": pinned["torch"], "same": False}
+    same = gpu_check.versions({"torch": f"{pinned['torch']}+cu130", "triton": pinned["triton"], "python": "3.12.3"})
+    assert [r["same"] for r in same] == [True, True, None]
+
+
+def test_the_class_folder_is_the_solution_the_stub_and_one_plant(tmp_path):
+    for a, plant_name in gpu_check.CLASS.items():
+        m = get_manifest(a)
+        root = gpu_check.class_folder(a, tmp_path / a)
+        plant = next(p for p in m.planted if p.name == plant_name)
+        for file in m.files:
+            assert (root / "solution" / file).read_text() == (m.solution_dir() / file).read_text()
+            assert (root / "stub" / file).read_text() == (m.stub_dir() / file).read_text()
+            changed = (root / "planted" / file).read_text() != (m.solution_dir() / file).read_text()
+            assert changed == (file == plant.file), file
+
+
+def _class(solution="100", stub="0", planted="96", pending="0"):
+    return [{"assignment": "a1", "name": n, "total": t, "max": "100", "pending": pending, "failed": "0"}
+            for n, t in (("solution", solution), ("stub", stub), ("planted", planted))]
+
+
+def test_the_class_passes_only_as_expected_and_is_in_the_report():
+    good = {**_report(), "versions": gpu_check.versions({"torch": "2.11.0"})}
+    assert gpu_check.passed(good)
+    text = gpu_check.render(good)
+    assert "regrade --device cpu, then --device cuda --cpu-results" in text and "as expected" in text
+    assert "## Versions that ran, beside the pins" in text and "2.11.0" in text
+    for bad in (_class(solution="96"), _class(stub="3"), _class(planted="100"), _class(pending="4"), _class()[:2], []):
+        assert not gpu_check.passed({**good, "class": bad}), bad
+    assert not gpu_check.passed({**good, "class_exit": 1})
