@@ -22,6 +22,8 @@ decides a verdict is here:
   stage 3's forward only the root unit and the running module are gathered;
 - bytes: `2Ψ'(N-1)/N` and `3Ψ'(N-1)/N` elements per step, against the bytes handed to `isend`
   (counted below the student's code, not through `record_send`).
+Memory, timing and bytes are evidence: each is granted only when its stage's values passed in the
+same run (`Check.needs`, `grade.with_values`).
 
 A deadlocked collective ends its job after PG_TIMEOUT_S as `timeout` (the jobs after it are not
 run). A task whose functions still hold the stub's `raise NotImplementedError` is reported as not
@@ -175,16 +177,18 @@ MANIFEST = Manifest(
     groups=(
         Group("ranks", "autograder.suites.a5_zero:group_ranks", timeout_s=240, trusted=True, checks=(
             Check("5.1", C_SHARD, 1), Check("5.1", C_UNSHARD, 2),
-            Check("5.2", C_S1_EQ, 3), Check("5.2", C_S1_BYTES, 1),
-            Check("5.3", C_S2_EQ, 3), Check("5.3", C_S2_BYTES, 1), Check("5.3", C_S2_EARLY, 1),
-            Check("5.4", C_S3_EQ, 3), Check("5.4", C_S3_MEM, 2), Check("5.4", C_S3_COMM, 1),
+            Check("5.2", C_S1_EQ, 3), Check("5.2", C_S1_BYTES, 1, needs=(C_S1_EQ,)),
+            Check("5.3", C_S2_EQ, 3), Check("5.3", C_S2_BYTES, 1, needs=(C_S2_EQ,)),
+            Check("5.3", C_S2_EARLY, 1, needs=(C_S2_EQ,)),
+            Check("5.4", C_S3_EQ, 3), Check("5.4", C_S3_MEM, 2, needs=(C_S3_EQ,)),
+            Check("5.4", C_S3_COMM, 1, needs=(C_S3_EQ,)),
         )),
     ),
     planted=(
         Planted("gradients summed, not averaged", ZF,
                 ('unit.shard.grad = ring_reduce_scatter(unit.sync_flat_grad(), op="avg", group=self.group)',
                  'unit.shard.grad = ring_reduce_scatter(unit.sync_flat_grad(), op="sum", group=self.group)'),
-                expect={C_S1_EQ: "failed", C_S1_BYTES: "passed", C_UNSHARD: "passed", C_S3_EQ: "passed"}),
+                expect={C_S1_EQ: "failed", C_S1_BYTES: "failed", C_UNSHARD: "passed", C_S3_EQ: "passed"}),
         Planted("stage 3 never frees gathered parameters", ZF,
                 ("        unit.full.untyped_storage().resize_(0)\n", "        pass\n"),
                 expect={C_S3_MEM: "failed", C_S3_EQ: "passed", C_S3_COMM: "passed", C_S2_EQ: "passed"}),
