@@ -19,6 +19,13 @@ degrees the same way; its mesh is a torch DeviceMesh, ours plain process groups.
     dims.groups("tp")                 # [[0, 1], [2, 3]]: the rank lists of one axis (pure)
     mesh = dims.build(timeout_s=60)   # collective: every rank calls it; Mesh with tp_group, ...
 
+Expert parallelism (module 10, `scaletrain.moe`) borrows its ranks from data parallelism, as
+Megatron-Core and DeepSpeed-MoE do: the dp ranks hold different tokens, and groups of `ep`
+consecutive dp ranks pool their experts (E/ep each), exchanging tokens by all-to-all. `ep` divides
+`dp` and the world stays dp·pp·tp; a dp rank splits as dp_rank = edp_rank · ep + ep_rank, where the
+expert-data-parallel ("edp") group holds the dp/ep replicas of the same experts. For dp = 4, ep = 2:
+ep groups {0,1} {2,3}, edp groups {0,2} {1,3}, dp group {0,1,2,3}.
+
 `build` works wherever a default process group exists: inside `scaletrain.launch.spawn` or under
 `torchrun` (where `spawn` joins torchrun's rendezvous). Every group gets a timeout, so a rank that
 never arrives ends in an error, not a hang.
@@ -32,31 +39,41 @@ from typing import Any
 
 import torch.distributed as dist
 
-__all__ = ["AXES", "ParallelDims", "Coords", "Mesh"]
+__all__ = ["AXES", "EP_AXES", "ParallelDims", "Coords", "Mesh"]
 
 AXES = ("dp", "pp", "tp")  # outermost to innermost
+EP_AXES = ("ep", "edp")  # the split of dp: expert-parallel groups and the experts' replica groups
+_FIXED = {"dp": ("pp", "tp"), "pp": ("dp", "tp"), "tp": ("dp", "pp"),  # the coordinates a group shares
+          "ep": ("edp", "pp", "tp"), "edp": ("ep", "pp", "tp")}
 
 
 @dataclass(frozen=True, kw_only=True)
 class Coords:
-    """A rank's position on each axis."""
+    """A rank's position on each axis (ep, edp: the split of dp, dp = edp · ep_size + ep)."""
     dp: int
     pp: int
     tp: int
+    ep: int = 0
+    edp: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
 class ParallelDims:
-    """Degrees of data, pipeline and tensor parallelism; their product is the world size."""
+    """Degrees of data, pipeline and tensor parallelism; their product is the world size. `ep`
+    (expert parallelism) divides `dp`: it splits the dp ranks, it adds none."""
     dp: int = 1
     pp: int = 1
     tp: int = 1
+    ep: int = 1
 
     def __post_init__(self):
-        for axis in AXES:
+        for axis in (*AXES, "ep"):
             v = getattr(self, axis)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"ParallelDims: {axis} must be a positive int, got {v!r}")
+        if self.dp % self.ep:
+            raise ValueError(f"ParallelDims: ep = {self.ep} must divide dp = {self.dp} (expert parallelism "
+                             "splits the data-parallel ranks)")
 
     @property
     def world_size(self) -> int:
@@ -71,38 +88,44 @@ class ParallelDims:
     def coords(self, rank: int) -> Coords:
         if not 0 <= rank < self.world_size:
             raise ValueError(f"ParallelDims: rank {rank} is outside 0..{self.world_size - 1}")
-        return Coords(dp=rank // (self.pp * self.tp), pp=rank // self.tp % self.pp, tp=rank % self.tp)
+        dp = rank // (self.pp * self.tp)
+        return Coords(dp=dp, pp=rank // self.tp % self.pp, tp=rank % self.tp, ep=dp % self.ep, edp=dp // self.ep)
 
     def rank_of(self, *, dp: int, pp: int, tp: int) -> int:
         return (dp * self.pp + pp) * self.tp + tp
 
     def groups(self, axis: str) -> list[list[int]]:
-        """The rank lists of `axis`: ranks that differ only in their coordinate on it, in its order."""
-        if axis not in AXES:
-            raise ValueError(f"ParallelDims: unknown axis {axis!r}; choose from {AXES}")
-        others = [a for a in AXES if a != axis]
-        seen: dict[tuple[int, int], list[int]] = {}
+        """The rank lists of `axis` (one of AXES or EP_AXES): ranks that differ only in their
+        coordinate on it, in its order."""
+        if axis not in _FIXED:
+            raise ValueError(f"ParallelDims: unknown axis {axis!r}; choose from {AXES + EP_AXES}")
+        seen: dict[tuple[int, ...], list[int]] = {}
         for rank in range(self.world_size):
             c = self.coords(rank)
-            seen.setdefault(tuple(getattr(c, a) for a in others), []).append(rank)
+            seen.setdefault(tuple(getattr(c, a) for a in _FIXED[axis]), []).append(rank)
         return list(seen.values())
 
     def build(self, *, timeout_s: float = 300.0) -> "Mesh":
         """Create every group of every axis (a collective of all ranks: each must call it) and return
-        this rank's `Mesh`."""
+        this rank's `Mesh`. The ep and edp groups are made only when ep > 1; at ep = 1 the Mesh has
+        ep_group None (every expert on this rank, nothing to exchange) and edp_group = dp_group."""
         if not dist.is_initialized():
             raise RuntimeError("ParallelDims.build needs a process group: run inside scaletrain.launch.spawn "
                                "or under torchrun")
         self.validate(dist.get_world_size())
         rank, timeout = dist.get_rank(), datetime.timedelta(seconds=timeout_s)
         mine: dict[str, Any] = {}
-        for axis in reversed(AXES):  # same order on every rank: new_group is collective
+        axes = reversed(AXES + (EP_AXES if self.ep > 1 else ()))
+        for axis in axes:  # same order on every rank: new_group is collective
             for ranks in self.groups(axis):
                 group = dist.new_group(ranks, timeout=timeout)
                 if rank in ranks:
                     mine[axis] = (group, ranks)
-        return Mesh(dims=self, rank=rank, coords=self.coords(rank), **{f"{a}_group": mine[a][0] for a in AXES},
-                    **{f"{a}_ranks": tuple(mine[a][1]) for a in AXES})
+        mine.setdefault("ep", (None, [rank]))
+        mine.setdefault("edp", mine["dp"])
+        return Mesh(dims=self, rank=rank, coords=self.coords(rank),
+                    **{f"{a}_group": mine[a][0] for a in AXES + EP_AXES},
+                    **{f"{a}_ranks": tuple(mine[a][1]) for a in AXES + EP_AXES})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,6 +140,10 @@ class Mesh:
     dp_ranks: tuple[int, ...]
     pp_ranks: tuple[int, ...]
     tp_ranks: tuple[int, ...]
+    ep_group: Any = None   # None at ep = 1
+    edp_group: Any = None
+    ep_ranks: tuple[int, ...] = ()
+    edp_ranks: tuple[int, ...] = ()
 
     @property
     def dp_rank(self) -> int:
@@ -131,6 +158,14 @@ class Mesh:
         return self.coords.tp
 
     @property
+    def ep_rank(self) -> int:
+        return self.coords.ep
+
+    @property
+    def edp_rank(self) -> int:
+        return self.coords.edp
+
+    @property
     def is_first_stage(self) -> bool:
         return self.coords.pp == 0
 
@@ -140,5 +175,6 @@ class Mesh:
 
     def destroy(self) -> None:
         """Destroy the groups (the default group is the launcher's to destroy)."""
-        for group in {id(g): g for g in (self.dp_group, self.pp_group, self.tp_group)}.values():
+        groups = (self.dp_group, self.pp_group, self.tp_group, self.ep_group, self.edp_group)
+        for group in {id(g): g for g in groups if g is not None}.values():
             dist.destroy_process_group(group)

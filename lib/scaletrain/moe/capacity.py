@@ -1,0 +1,72 @@
+"""Expert capacity: at most C tokens per expert; the rest are dropped and ride the residual.
+
+Why a capacity at all. GShard and Switch compile static shapes (XLA on TPUs): each expert gets a
+buffer of C slots per batch, and the all-to-all exchanges fixed-size (E, C, h) tensors. Switch
+Transformers (Fedus et al. 2021, §2.1, eq. 3):
+
+    C = (tokens per batch / number of experts) × capacity factor        here ⌈k · T · cf / E⌉
+
+A capacity factor above 1 leaves slack for imbalance; every slot above the load is padding that is
+computed and sent for nothing. A token whose expert is full is *dropped*: the MoE layer outputs 0
+for it, so the block's residual connection passes it through unchanged (x + 0 = x), and the next
+layer sees it as if this layer's MLP were absent. Switch reports the drop rate falling as cf rises
+(its Table 1: cf 1.0 -> 1.25 -> 2.0), at the price of memory and communication.
+
+Which tokens win the slots (GShard's Algorithm 1, `position_in_expert`): all first choices
+before any second choice, and within one choice earlier tokens first: the (choice, token) pairs
+are ranked choice-major, and a pair keeps its slot when fewer than C pairs before it in that order
+chose the same expert.
+
+    experts (T=4, k=1) = [0, 0, 1, 0],  E = 2, C = 2   ->  positions [0, 1, 0, 2],  kept [1, 1, 1, 0]
+
+The dropless alternative needs no capacity at all (dropless.py, Megablocks); expert choice
+routing has the capacity built in (router.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["expert_capacity", "Capacity", "apply_capacity"]
+
+
+def expert_capacity(*, tokens: int, num_experts: int, capacity_factor: float, k: int = 1) -> int:
+    """C = ⌈k · T · capacity_factor / E⌉ slots per expert (Switch eq. 3, k choices per token);
+    at least 1. Rounded on 9 decimals first, so 0.1·30/3 is 1, not 2."""
+    if capacity_factor <= 0 or num_experts < 1 or tokens < 0 or k < 1:
+        raise ValueError(f"expert_capacity: need tokens >= 0, num_experts >= 1, k >= 1 and capacity_factor > 0, "
+                         f"got {tokens}, {num_experts}, {k}, {capacity_factor}")
+    return max(1, math.ceil(round(k * tokens * capacity_factor / num_experts, 9)))
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Which (token, choice) pairs keep their slot. `position` (T, k): the pair's rank among those
+    that chose the same expert, in GShard's order; `kept` (T, k): position < capacity."""
+    capacity: int
+    position: torch.Tensor
+    kept: torch.Tensor
+
+    @property
+    def dropped(self) -> int:
+        """(token, choice) pairs over capacity."""
+        return int((~self.kept).sum())
+
+    @property
+    def dropped_tokens(self) -> int:
+        """Tokens that lost every choice: the MoE layer's output for them is exactly 0."""
+        return int((~self.kept.any(dim=1)).sum())
+
+
+def apply_capacity(experts: torch.Tensor, num_experts: int, capacity: int) -> Capacity:
+    """Slots for the (token, choice) pairs of `experts` (T, k), at most `capacity` per expert,
+    first choices first, then earlier tokens first (GShard Algorithm 1)."""
+    t, k = experts.shape
+    order = experts.t().reshape(-1)  # choice-major: every token's first choice, then every second...
+    onehot = torch.nn.functional.one_hot(order, num_experts)  # (k·T, E); T·E ints, fine at course sizes
+    position = (onehot.cumsum(dim=0) - 1).gather(1, order[:, None]).squeeze(1)  # pairs before, same expert
+    position = position.view(k, t).t()
+    return Capacity(capacity=capacity, position=position, kept=position < capacity)
