@@ -3,7 +3,10 @@
 import os
 import pickle
 import queue
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -111,3 +114,43 @@ def test_bad_arguments_are_refused_before_spawning():
         spawn(_sum_of_ranks, 0, 0)
     with pytest.raises(TypeError, match="picklable"):
         spawn(lambda rank, world_size: rank, 2)
+
+
+def _sleep_forever(rank, world_size, pid_file):
+    import time
+    with open(f"{pid_file}.{rank}", "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(300)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_ranks_die_with_the_process_that_started_them(tmp_path):
+    """A launcher killed outright (SIGKILL: no clean-up runs) takes its ranks with it."""
+    pid_file = tmp_path / "rank"
+    launcher = subprocess.Popen([sys.executable, "-c",
+                                 "import sys; from scaletrain.launch import spawn; "
+                                 "from test_launch import _sleep_forever; "
+                                 f"spawn(_sleep_forever, 2, {str(pid_file)!r}, timeout_s=120)"],
+                                cwd=Path(__file__).parent, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    try:
+        deadline = time.monotonic() + 60
+        while not all((tmp_path / f"rank.{r}").exists() for r in range(2)):
+            assert time.monotonic() < deadline and launcher.poll() is None, "ranks never started"
+            time.sleep(0.1)
+        pids = [int((tmp_path / f"rank.{r}").read_text()) for r in range(2)]
+        launcher.kill()
+        launcher.wait()
+        deadline = time.monotonic() + 15
+        while any(_alive(pid) for pid in pids):
+            assert time.monotonic() < deadline, f"ranks {pids} outlived their launcher"
+            time.sleep(0.1)
+    finally:
+        launcher.kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
