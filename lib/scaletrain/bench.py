@@ -264,8 +264,9 @@ BENCHMARKS = {
     "tp": "scaletrain.tp.benchmark",
     "memory": "scaletrain.checkpointing.benchmark",
     "compression": "scaletrain.compression.benchmark",
+    "moe": "scaletrain.moe.benchmark",
 }
-DISTRIBUTED = ("allreduce", "ddp", "pipeline", "zero", "tp", "compression")  # spawn ranks: what `all` runs under torchrun
+DISTRIBUTED = ("allreduce", "ddp", "pipeline", "zero", "tp", "compression", "moe")  # spawn ranks: what `all` runs under torchrun
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,9 +20,18 @@ whose group e is X_e · W_e. Three ways, the naive two beside the grouped one (m
                                          rows are summed over, one (K, F) result per expert
 
 `grouped_mm` is an autograd Function that states exactly those three products. Each runs on a
-kernel: torch's grouped GEMM (`F.grouped_mm`, one call) where it accepts the operands (float32,
-bfloat16 or float16, rows a multiple of 16 bytes), else one `torch.mm` per group written into
-slices of one output buffer (float64 and odd widths: what gradcheck uses). `kernel=` picks one.
+kernel, `kernel=`:
+  "mm"     one `torch.mm` per group written into slices of one output buffer: no per-group
+           tensors, no concatenation, one autograd node, any dtype (float64 for gradcheck);
+  "torch"  torch's grouped GEMM, `F.grouped_mm`, one call (float32, bfloat16 or float16, every
+           non-unit stride a multiple of 16 bytes);
+  "auto"   "torch" on a CUDA device where it accepts the operands (one launch instead of E: the
+           point of grouping on a GPU), "mm" elsewhere. On this course's CPUs torch's kernel is no
+           faster than "mm" (`python -m scaletrain.bench moe`, table 2); not yet run on a GPU here.
+
+Why the loop is slow in autograd beyond its E calls: `w[e]` is a select, whose backward writes
+the slice's gradient into a zero tensor of w's full (E, K, F) shape, once per expert: E² K F
+elements written for E K F of gradient (the bench's E = 32 row).
 """
 
 from __future__ import annotations
@@ -76,7 +85,7 @@ def _offsets(counts: Sequence[int], device) -> torch.Tensor:
 
 def _rows(a: torch.Tensor, b: torch.Tensor, counts: Sequence[int], kernel: str) -> torch.Tensor:
     """Grouped over rows: group e of a (N, K) times b[e] (K, F) -> (N, F)."""
-    if kernel == "torch" or (kernel == "auto" and torch_kernel_accepts(a, b)):
+    if kernel == "torch" or (kernel == "auto" and a.is_cuda and torch_kernel_accepts(a, b)):
         return F.grouped_mm(a, b, offs=_offsets(counts, a.device))
     out = a.new_empty(a.shape[0], b.shape[2])
     lo = 0
@@ -90,7 +99,7 @@ def _rows(a: torch.Tensor, b: torch.Tensor, counts: Sequence[int], kernel: str) 
 def _reduction(a: torch.Tensor, b: torch.Tensor, counts: Sequence[int], kernel: str) -> torch.Tensor:
     """Grouped over the reduction dimension: a_eᵀ · b_e for row groups of a (N, K), b (N, F) -> (E, K, F)."""
     at = a.t()
-    if kernel == "torch" or (kernel == "auto" and torch_kernel_accepts(at, b)):
+    if kernel == "torch" or (kernel == "auto" and a.is_cuda and torch_kernel_accepts(at, b)):
         return F.grouped_mm(at, b, offs=_offsets(counts, a.device))
     out = a.new_zeros(len(counts), a.shape[1], b.shape[1])  # an empty group's gradient is 0
     lo = 0
@@ -120,7 +129,7 @@ class _GroupedMM(torch.autograd.Function):
 def grouped_mm(x: torch.Tensor, w: torch.Tensor, counts: Sequence[int], *, kernel: str = "auto") -> torch.Tensor:
     """Group e of x (counts[e] rows) times w[e], for all experts in one call; forward and backward
     are grouped products (module docstring). (N, K), (E, K, F) -> (N, F). `kernel`: "auto" (torch's
-    grouped GEMM where it accepts the operands, else one mm per group), "torch" or "mm"."""
+    grouped GEMM on CUDA where it accepts the operands, else one mm per group), "torch" or "mm"."""
     _check(x, w, counts)
     if kernel not in KERNELS:
         raise ValueError(f"grouped_mm: kernel must be one of {KERNELS}, got {kernel!r}")
