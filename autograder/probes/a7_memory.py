@@ -158,7 +158,8 @@ def checkpoint_run(stem: str, spec: dict, inputs: list, seed: int) -> dict:
         forward_calls = len(calls)
         out.pow(2).sum().backward()
     return {"out": out.detach(), "grads": [None if p.grad is None else p.grad for p in module.parameters()],
-            "input_grads": [x.grad for x in leaves], "rng_after": torch.rand(4), "held_after_forward": {"count": len(held), "first": held[:4]},
+            "input_grads": [x.grad for x in leaves], "rng_after": torch.rand(4),
+            "held_after_forward": {"count": len(held), "first": held[:4]},
             "calls": [forward_calls, len(calls) - forward_calls], "grad_enabled": calls}
 
 

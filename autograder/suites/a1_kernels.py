@@ -211,7 +211,8 @@ MANIFEST = Manifest(
                 (_TORCH_WRAPPER, ("        tl.store(y_ptr + row[:, None] * cols + col[None, :], y, mask=out)\n", "")),
                 groups=("smoke",), expect={C_SMOKE: "failed"}),
         # issue 28: compile points for a kernel that computes nothing, beside a wrapper computing in torch
-        Planted("the forward kernel stores zeros, the wrapper computes in torch: it compiles", SM, (_TORCH_WRAPPER, _ZEROS),
+        Planted("the forward kernel stores zeros, the wrapper computes in torch: it compiles", SM,
+                (_TORCH_WRAPPER, _ZEROS),
                 groups=("smoke", "compile_triton"),
                 expect={C_SMOKE: "failed", _triton_compile_check("1.1"): "failed"}),
         Planted("the online softmax without its all -inf prefix guard", SM,

@@ -224,7 +224,8 @@ MANIFEST = Manifest(
     forbidden={RING: FORBIDDEN},
     groups=(
         Group("p3", "autograder.suites.a2_collectives:group_p3", timeout_s=90, trusted=True, checks=(
-            Check("2.1", C_RS, 3), Check("2.2", C_AG, 2), Check("2.3", C_AR, 3), Check("2.3", C_BYTES, 2, needs=(C_AR,)),
+            Check("2.1", C_RS, 3), Check("2.2", C_AG, 2), Check("2.3", C_AR, 3),
+            Check("2.3", C_BYTES, 2, needs=(C_AR,)),
             Check("2.1", C_RS2, 1), Check("2.2", C_AG2, 1), Check("2.3", C_AR2, 1),
         )),
         Group("speed_cpu", "autograder.suites.a2_collectives:group_speed_cpu", timeout_s=120, trusted=True, checks=(

@@ -162,7 +162,8 @@ MANIFEST = Manifest(
             Check("7.1", C_SCALE, 4), Check("7.1", C_ODD, 2), Check("7.1", C_SKIP, 3),
         )),
         Group("checkpoint", "autograder.suites.a7_memory:group_checkpoint", timeout_s=90, trusted=True, checks=(
-            Check("7.2", C_CK_PLAIN, 3), Check("7.2", C_CK_RNG, 4), Check("7.2", C_CK_MEM, 3, needs=(C_CK_PLAIN, C_CK_RNG)),
+            Check("7.2", C_CK_PLAIN, 3), Check("7.2", C_CK_RNG, 4),
+            Check("7.2", C_CK_MEM, 3, needs=(C_CK_PLAIN, C_CK_RNG)),
         )),
         Group("planner", "autograder.suites.a7_memory:group_planner", timeout_s=120, trusted=True, checks=(
             Check("7.3", C_DP_OPT, 8), Check("7.3", C_DP_FIT, 4),
@@ -428,7 +429,8 @@ def group_checkpoint(ctx):
             held = got["held_after_forward"]
             assert held["count"] == 0, (
                 f"{label}: after the forward, {held['count']} storage(s) the block made are still alive (op, bytes: "
-                f"{[tuple(h) for h in held['first']]}...): the block's own activations must not be kept, only its inputs")
+                f"{[tuple(h) for h in held['first']]}...): the block's own activations must not be kept, "
+                "only its inputs")
             assert got["calls"] == [1, 1] and got["grad_enabled"] == [False, True], (
                 f"{label}: the block ran {got['calls'][0]} time(s) in forward and {got['calls'][1]} in backward, with "
                 f"grad enabled {got['grad_enabled']}; expected once without grad, then once with grad in backward")

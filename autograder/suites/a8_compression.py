@@ -187,7 +187,8 @@ MANIFEST = Manifest(
                 groups=("powersgd",), expect={C_PS_STEP: "flagged", C_PS_WIRE: "flagged"}),
         Planted("1-bit: exact mean through torch's all_reduce (saved at import), zero messages of the right size", OB,
                 (("from scaletrain.comm import ring_all_gather\n",
-                  "from scaletrain.comm import ring_all_gather\n\n_UNSEEN = {'sum': getattr(dist, 'all_' + 'reduce')}\n"),
+                  "from scaletrain.comm import ring_all_gather\n\n"
+                  "_UNSEEN = {'sum': getattr(dist, 'all_' + 'reduce')}\n"),
                  ("        message = torch.cat([words, scales.view(torch.int32)])\n", _EXACT_MEAN_OB)),
                 groups=("onebit",),
                 expect={C_OB_CODEC: "passed", C_OB_STEP: "failed", C_OB_WIRE: "failed", C_OB_BIAS: "failed"}),
