@@ -180,14 +180,3 @@ def test_expert_and_data_parallel_on_the_mesh(ep):
             assert got[key] < TOL, (rank, key, got)
         assert got["bytes"] == got["bytes formula"], (rank, got)
 
-
-def test_mesh_ep_arithmetic():
-    dims = ParallelDims(dp=4, pp=1, tp=2, ep=2)
-    assert dims.groups("ep") == [[0, 2], [1, 3], [4, 6], [5, 7]]
-    assert dims.groups("edp") == [[0, 4], [1, 5], [2, 6], [3, 7]]
-    assert dims.groups("dp") == [[0, 2, 4, 6], [1, 3, 5, 7]]
-    c = dims.coords(6)
-    assert (c.dp, c.ep, c.edp, c.tp) == (3, 1, 1, 0)
-    assert ParallelDims(dp=3).groups("ep") == [[0], [1], [2]]
-    with pytest.raises(ValueError, match="ep = 2 must divide dp = 3"):
-        ParallelDims(dp=3, ep=2)

@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from scaletrain.mesh import ParallelDims
 from scaletrain.models import GPT, GPTConfig, make_batch
 from scaletrain.moe import (MoE, MoEConfig, MoEGPT, apply_capacity, combine, dispatch, expert_capacity,
                             expert_choice_routing, group_by_expert, load_balancing_loss, router_z_loss,
@@ -276,3 +277,15 @@ def test_config_errors_name_the_field():
         MoEConfig(top_k=5)
     with pytest.raises(ValueError, match="leaves no MoE block"):
         MoEGPT(GPTConfig(n_layer=1), MoEConfig(every=2))
+
+
+def test_mesh_ep_splits_the_data_parallel_ranks():
+    dims = ParallelDims(dp=4, pp=1, tp=2, ep=2)
+    assert dims.groups("ep") == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    assert dims.groups("edp") == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert dims.groups("dp") == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    c = dims.coords(6)
+    assert (c.dp, c.ep, c.edp, c.tp) == (3, 1, 1, 0)
+    assert ParallelDims(dp=3).groups("ep") == [[0], [1], [2]]
+    with pytest.raises(ValueError, match="ep = 2 must divide dp = 3"):
+        ParallelDims(dp=3, ep=2)

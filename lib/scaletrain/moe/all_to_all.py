@@ -3,7 +3,8 @@
 In an all-to-all every rank holds p chunks, chunk j for rank j, and ends with p chunks, chunk i
 from rank i: a transpose of the (sender, receiver) matrix. Expert parallelism runs two per MoE
 layer forward (dispatch the tokens to their experts' ranks, bring the outputs back) and two
-backward (GShard §2.2-3.2, Switch §2.3 "Distributed Switch Implementation").
+backward (GShard §3.1: AllToAll around the experts' einsum; Switch §5.4, "Expert and Data
+Parallelism").
 
     rank r sends chunk j to rank j, receives chunk i from rank i    (its own chunk: a local copy)
 
@@ -37,6 +38,7 @@ import torch
 import torch.distributed as dist
 
 from scaletrain.comm.counter import record_send
+from scaletrain.comm.ring import ring_of
 
 __all__ = ["all_to_all", "all_to_all_v", "exchange_splits", "all_to_all_bytes", "all_to_all_v_bytes",
            "SPLIT_BYTES"]
@@ -46,14 +48,9 @@ SPLIT_BYTES = 8  # one int64 split size per peer
 
 def _members(group: Any) -> tuple[int, int, list[int]]:
     """(my rank in `group`, its size, the global rank of each member): isend/irecv take global ranks."""
-    if not dist.is_available() or not dist.is_initialized():
-        raise RuntimeError("all_to_all needs a process group: run inside scaletrain.launch.spawn "
-                           "or call torch.distributed.init_process_group first")
+    ring = ring_of(group)  # the ring's checks: a process group exists and this rank is in `group`
     pg = dist.group.WORLD if group is None else group
-    rank, p = dist.get_rank(pg), dist.get_world_size(pg)
-    if rank < 0:
-        raise ValueError("all_to_all called on a rank that is not a member of `group`")
-    return rank, p, [dist.get_global_rank(pg, i) for i in range(p)]
+    return ring.rank, ring.world_size, [dist.get_global_rank(pg, i) for i in range(ring.world_size)]
 
 
 def _exchange(send: list[torch.Tensor], recv: list[torch.Tensor], group: Any) -> None:

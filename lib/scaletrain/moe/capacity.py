@@ -2,7 +2,7 @@
 
 Why a capacity at all. GShard and Switch compile static shapes (XLA on TPUs): each expert gets a
 buffer of C slots per batch, and the all-to-all exchanges fixed-size (E, C, h) tensors. Switch
-Transformers (Fedus et al. 2021, §2.1, eq. 3):
+Transformers (Fedus et al. 2021, §2.2, eq. 3):
 
     C = (tokens per batch / number of experts) × capacity factor        here ⌈k · T · cf / E⌉
 

@@ -1,6 +1,6 @@
 """Tokens grouped by expert into variable-size groups: dispatch and combine without padding.
 
-MegaBlocks (Gale et al. 2022, "Efficient Sparse Training with Mixture-of-Experts", §3-5) drops
+MegaBlocks (Gale et al. 2022, "Efficient Sparse Training with Mixture-of-Experts", §4-5) drops
 no token: instead of E buffers of C slots (capacity.py), the (token, expert) assignments are sorted
 by expert, so each expert's tokens sit in one contiguous group whose size is whatever the router
 sent it, and the experts run as one grouped GEMM over those groups (grouped_gemm.py; the paper's

@@ -1,6 +1,6 @@
 """Expert parallelism: E/ep experts per rank, tokens sent to their experts' ranks and back.
 
-GShard (Lepikhin et al. 2020, §2.2-3) and Switch (§2.3, Figure 3) place the experts of one MoE
+GShard (Lepikhin et al. 2020, §3.1) and Switch (§5.4, expert and data parallelism) place the experts of one MoE
 layer on different devices: with ep ranks, rank r holds experts [r·E/ep, (r+1)·E/ep), every rank
 routes its own tokens, and two all-to-alls (all_to_all.py) move each token to the rank of its
 expert and its output back. Everything outside the experts (attention, router, LayerNorms,

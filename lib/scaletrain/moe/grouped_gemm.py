@@ -14,7 +14,7 @@ whose group e is X_e · W_e. Three ways, the naive two beside the grouped one (m
            the more of it is padding (M = N when one expert takes everything: E times the work).
   grouped  one call over the groups as they are (CUTLASS's grouped GEMM, MegaBlocks' block-sparse
            products, torch's `F.grouped_mm`): the work of the loop, the single launch of the padded
-           version, no padding. Its backward is two more grouped products (MegaBlocks §5.1):
+           version, no padding. Its backward is two more grouped products (MegaBlocks §4-5):
                dX_e = dY_e · W_eᵀ        grouped over rows, like the forward
                dW_e = X_eᵀ · dY_e        grouped over the *reduction* dimension: the groups of
                                          rows are summed over, one (K, F) result per expert

@@ -15,15 +15,15 @@ probability p_i(x) = softmax(x·W_r)_i; GShard (Lepikhin et al. 2020, Algorithm 
 Why not renormalise at k = 1: the gate would be 1 for every token and the router weights would get
 no gradient from the task loss at all (only from the auxiliary losses, losses.py).
 
-Expert choice (Zhou et al. 2022, §3.1, eq. 1): each *expert* picks the c tokens it scores highest,
+Expert choice (Zhou et al. 2022, §3.1): each *expert* picks the c tokens it scores highest,
 c = T · capacity_factor / E, with the same softmax over experts per token:
 
     S = softmax(logits) (T, E);   gates, tokens = topk(Sᵀ, c)   (E, c)
 
 Every expert gets exactly c tokens (perfect balance, no auxiliary loss needed), but a token may
 be taken by several experts or by none (it then passes through the residual only), and a token's
-experts depend on the other tokens of the batch: in a causal decoder that lets the future decide
-the present, which is why the paper evaluates it on an encoder-style setup.
+experts depend on the other tokens of the batch, later ones included: the paper's limitations
+note that this does not carry over to auto-regressive generation as it stands.
 
 Ties in topk are broken by torch; the tests use inputs without ties.
 """
