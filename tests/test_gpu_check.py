@@ -106,7 +106,8 @@ def test_the_commands_need_no_nbval_and_regrade_the_gpu_groups_on_the_cpu_run(tm
 
 def test_make_gpu_check_sets_nothing_up():
     """No `setup` prerequisite (it pip-installs the pinned stack): the recipe runs gpu-check itself."""
-    dry = subprocess.run(["make", "-n", "gpu-check"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    dry = subprocess.run(["make", "--no-print-directory", "-n", "gpu-check"], cwd=REPO, capture_output=True,
+                         text=True, timeout=60)  # under `make test` a sub-make would name its folder
     assert dry.returncode == 0, dry.stderr
     assert dry.stdout.strip().splitlines() == [
         f"PYTHONPATH={REPO}/lib:{REPO} {'.venv/bin/python' if (REPO / '.venv/bin/python').exists() else 'python3'} "

@@ -81,8 +81,10 @@ def test_reference_leaves_the_library_alone(monkeypatch):
 
 
 def test_a_kernel_file_runs_the_chosen_copy(monkeypatch):
-    """`implementation("softmax_triton", folder)`: scaletrain.ops loads the folder's kernel file."""
-    monkeypatch.delenv(student_code.IMPL_ENV, raising=False)
+    """`implementation("softmax_triton", folder)`: scaletrain.ops loads the folder's kernel file.
+    The choice lives in this process's environment: set here through monkeypatch so that it is
+    undone after the test (it would redirect every later test's kernels and ranks)."""
+    monkeypatch.setenv(student_code.IMPL_ENV, "")
     folder = REPO / "solutions" / "a1_kernels"
     chosen = student_code.implementation("softmax_triton", str(folder), announce=False)
     assert chosen == folder / "softmax_triton.py"
@@ -102,3 +104,17 @@ def test_needs_skips_a_demo_of_an_open_assignment_on_reference_only(monkeypatch,
     assert student_code.needs("3.2", "student") and student_code.needs("2.1", "reference")
     assert not student_code.needs("4.1", "student")
     assert "not released yet" in capsys.readouterr().out
+
+
+def test_the_finder_imports_nothing_while_it_looks(tmp_path):
+    """With a choice in the environment (as every rank of a notebook inherits it), a process whose
+    finder is installed imports modules it has not loaded yet: the finder's own lookup must not
+    import (it once imported json inside, and recursed on that import until RecursionError)."""
+    import subprocess
+    import sys
+    env = dict(__import__("os").environ, **{student_code.IMPL_ENV: '{"kernels/x.py": "/nowhere/x.py"}'})
+    code = ("import sys; sys.modules.pop('json', None)\n"
+            "import scaletrain.student_code as s; s.install_finder()\n"
+            "import decimal, fractions; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]

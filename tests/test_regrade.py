@@ -334,6 +334,12 @@ def test_due_dates_need_their_utc_offset():
         parse_time("Friday", "--due")
 
 
+def _lost(m, failed: set[str]) -> set[str]:
+    """The checks a submission loses when `failed` fail: those and every check granted only with
+    one of them (Check.needs)."""
+    return failed | {c.name for c in m.checks if set(c.needs) & failed}
+
+
 def _class_folder(root):
     """The solution, the untouched stub and the 'forgets the fp32 master copy' plant, as submitted."""
     m = get_manifest("a0")
@@ -355,11 +361,13 @@ def test_regrade_a0_class_resumes(tmp_path):
     assert proc.returncode == 0, proc.stderr
     rows = read_csv(tmp_path / "out" / "scores.csv")
     points = {c.name: c.points for c in m.checks}
-    lost = sum(points[name] for name, outcome in plant.expect.items() if outcome != "passed")
+    lost_names = _lost(m, {name for name, outcome in plant.expect.items() if outcome != "passed"})
+    lost = sum(points[name] for name in lost_names)
+    lost_02 = sum(c.points for c in m.checks if c.name in lost_names and c.task == "0.2")
     assert rows["solution"]["total"] == rows["solution"]["max"] == f"{m.max_score:g}"
     assert rows["stub"]["total"] == "0" and rows["stub"]["failed"] == str(len(m.checks))
-    assert rows["planted"]["total"] == f"{m.max_score - lost:g}" and rows["planted"]["failed"] == "1"
-    assert rows["planted"]["0.2"] == f"{sum(c.points for c in m.checks if c.task == '0.2') - lost:g}"
+    assert rows["planted"]["total"] == f"{m.max_score - lost:g}" and rows["planted"]["failed"] == str(len(lost_names))
+    assert rows["planted"]["0.2"] == f"{sum(c.points for c in m.checks if c.task == '0.2') - lost_02:g}"
     assert all(float(row["seconds"]) > 0.1 for row in rows.values()), rows  # measured grading times, not 0.0
     payload = json.loads((tmp_path / "out" / "planted" / "results.json").read_text())
     assert payload["extra_data"]["student"] == "planted" and payload["score"] == m.max_score - lost
@@ -493,8 +501,8 @@ def test_regrade_with_the_package_gives_the_packages_own_scores(tmp_path, open_t
         assert ({t["extra_data"]["check"]: t["score"] for t in ours["tests"]}
                 == {t["extra_data"]["check"]: t["score"] for t in theirs["tests"]}), key
     lost = {t["extra_data"]["check"] for t in gradescope["submission_202"]["tests"] if t["score"] < t["max_score"]}
-    points = next(c.points for c in m.checks if c.name == PARAM_COUNT)
-    assert lost == {PARAM_COUNT} and [gradescope[k]["score"] for k in files] == [100, 100 - points]
+    points = sum(c.points for c in m.checks if c.name in _lost(m, {PARAM_COUNT}))
+    assert lost == _lost(m, {PARAM_COUNT}) and [gradescope[k]["score"] for k in files] == [100, 100 - points]
 
     (export / "submission_101").rename(tmp_path / "101")  # only the plant, on the public seed: full marks
     default = subprocess.run([*cmd, "--out", str(tmp_path / "default")], capture_output=True, text=True, timeout=300)

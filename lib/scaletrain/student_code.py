@@ -15,6 +15,7 @@ student's `dp_data_parallel.py` is itself being imported.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -82,9 +83,10 @@ IMPL_ENV = "SCALETRAIN_STUDENT_FILES"  # JSON {library module: student file}; in
 
 
 def _chosen() -> dict[str, str]:
+    """The choices in $SCALETRAIN_STUDENT_FILES. It runs inside an import (the finder below), so it
+    imports nothing itself: `json` is loaded with this module, or the finder would recurse on it."""
     raw = os.environ.get(IMPL_ENV, "")
     if raw != _chosen.raw:
-        import json
         _chosen.raw, _chosen.files = raw, (json.loads(raw) if raw else {})
     return _chosen.files
 
@@ -155,7 +157,6 @@ def for_ranks(stem: str, impl: str) -> Path | None:
     a student's file); returns that file, or None for the library's own."""
     file = _resolve(stem, impl)
     if file is not None:
-        import json
         os.environ[IMPL_ENV] = json.dumps({**_chosen(), _key(stem): str(file)})
     return file
 
@@ -178,7 +179,6 @@ def implementation(stems, impl: str = "reference", *, announce: bool = True):
     chosen = dict(_chosen())
     for stem in stems:
         _choose(chosen, stem, _resolve(stem, impl))
-    import json
     os.environ[IMPL_ENV] = json.dumps(chosen)
     if not chosen:
         del os.environ[IMPL_ENV]
@@ -233,7 +233,6 @@ def missing_references(state: str | None = None) -> dict[str, str]:
     or either (None). A student repository records them; the course repository lacks none."""
     if not RELEASE_RECORD.is_file():
         return {}
-    import json
     record = json.loads(RELEASE_RECORD.read_text())
     return {a: f for s in ("open", "unreleased") if state in (None, s) for a, f in record[s].items()}
 

@@ -106,7 +106,7 @@ def _dx(x, g, mean, rstd, sum_g, sum_gx, cols):
     evaluated as rstd (g_i - sum g / N - xhat_i c) with c = rstd (sum g x - mean sum g) / N:
     the terms that cancel (exactly, at N = 1) meet before rstd ~ 1/sqrt(eps) multiplies them, so a
     fused multiply-add cannot leave one product's rounding error behind, and sum g / N divides
-    with IEEE rounding (`/` is div.full.f32 on NVIDIA, within 2 ulp) (issue 29).
+    with IEEE rounding (`/` is div.full.f32 on NVIDIA, within 2 ulp).
     x, g: [BLOCK_M, BLOCK_N] tiles; mean, rstd, sum_g, sum_gx: [BLOCK_M], one per row."""
     n = cols * 1.0  # fp32 (cols may arrive as the constexpr 1)
     mean_g = tl.math.div_rn(sum_g, n)

@@ -81,7 +81,7 @@ def _flops(n: int, bh: int, causal: bool, direction: str) -> float:
 def speed_inputs(spec: dict, *, device: str, seed: int | None = None, grad: bool = False) -> tuple[torch.Tensor, ...]:
     """(q, k, v, do) of spec's dtype, contiguous (batch, heads, n, HEAD_DIM) as in GRADED: 4-D, as
     SDPA's flash path requires (a1b's check handed it (batch x heads, n, d) and got "No available
-    kernel" on an H200, issue 29).  From `seed` when given: the grader and its worker make the same."""
+    kernel" on an H200).  From `seed` when given: the grader and its worker make the same."""
     shape, dtype = (spec["batch"], spec["heads"], spec["n"], HEAD_DIM), spec["dtype"]
     gen = None if seed is None else torch.Generator().manual_seed(seed)
     make = (lambda: torch.randn(shape, device=device)) if gen is None else (lambda: torch.randn(shape, generator=gen))

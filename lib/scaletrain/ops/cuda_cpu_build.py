@@ -37,7 +37,7 @@ FLAGS = ("-std=c++17", "-O1", "-fPIC", "-fno-strict-aliasing", "-fno-gnu-unique"
 def _contract_flags() -> tuple[str, ...]:
     """g++ flags that fuse `a * b + c` into one FMA, as nvcc does by default (-fmad=true) and
     Triton too: without them the emulator rounded every product and passed LayerNorm's backward at
-    N = 1, whose dx an H200 left at 1e-5..6e-5 (issue 29).  -O1 fuses only with
+    N = 1, whose dx an H200 left at 1e-5..6e-5.  -O1 fuses only with
     -fexpensive-optimizations; on x86-64 only where the CPU has FMA (else nothing: products round)."""
     machine = platform.machine().lower()
     if machine in ("aarch64", "arm64"):

@@ -18,7 +18,7 @@ def assert_rel_close(actual, expected, *, tol: float | None = None, what: str = 
 
 def attention_grad_atol(q, k, v, do, *, storage: torch.dtype, scale: float | None = None) -> dict[str, float]:
     """{"dQ", "dK", "dV"}: the absolute error a fused attention backward may carry beside its
-    relative error, derived, for assert_close's atol (issue 29; a picked floor failed on an H200).
+    relative error, derived, for assert_close's atol (a picked floor failed on an H200).
 
     dS_ij = P_ij (dP_ij - D_i) with dP_ij = dO_i . V_j and D_i = dO_i . O_i: two d-term fp32 dot
     products whose difference cancels (exactly, where a row sees one key: sequence 1, the first

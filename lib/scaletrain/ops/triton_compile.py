@@ -88,7 +88,7 @@ def _compile(fn, signature: dict, config: dict, arch: int, storage: str):
 
 def compile_ptx(module: ModuleType, name: str, *, arch: int = 80, storage: str = "fp16") -> str:
     """The PTX of kernel `name` (KERNEL_SIGNATURES, first configuration) for sm_{arch}: what the
-    GPU runs, readable without one (e.g. whether `a * b + c` became fma.rn.f32, issue 29)."""
+    GPU runs, readable without one (e.g. whether `a * b + c` became fma.rn.f32)."""
     signature, configs = KERNEL_SIGNATURES[name]
     return _compile(getattr(module, name), signature, configs[0], arch, storage).asm["ptx"]
 
