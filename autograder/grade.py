@@ -161,7 +161,7 @@ def _run_groups(manifest, submission, device, decided, groups, timeout_s, progre
 
 
 def with_values(results: list[Result]) -> list[Result]:
-    """Evidence counts only with the values (issue 28): a passed check whose `Check.needs` did not
+    """Evidence counts only with the values: a passed check whose `Check.needs` did not
     all pass in this same run becomes `failed`, naming the first that did not. Bytes, messages,
     memory and call counts are observed where the student's code runs, and a published example can
     be looked up; neither is worth a point beside wrong values. Decided here, on the grader's side,

@@ -51,7 +51,7 @@ BUILD_ENV = "AUTOGRADER_BUILD"     # the grading build of the library, made by g
 RANKS_FORK_ENV = "SCALETRAIN_START_METHOD"  # scaletrain.launch.START_METHOD_ENV (not imported: it loads torch)
 # Where torch, Triton, the CUDA driver's JIT and the course keep caches: for the worker, always a
 # folder of its own work folder, never the grader's value.  A root grader's TORCH_EXTENSIONS_DIR,
-# inherited, made every CUDA build of a1 fail with PermissionError on an H200 (issue 29).
+# inherited, made every CUDA build of a1 fail with PermissionError on an H200.
 WORKER_CACHES = {"TORCH_EXTENSIONS_DIR": ".cache/torch_extensions", "TRITON_CACHE_DIR": ".triton/cache",
                  "TRITON_HOME": ".", "TRITON_DUMP_DIR": ".triton/dump", "TRITON_OVERRIDE_DIR": ".triton/override",
                  "TORCHINDUCTOR_CACHE_DIR": ".cache/torchinductor", "CUDA_CACHE_PATH": ".nv/ComputeCache",

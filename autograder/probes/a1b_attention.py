@@ -94,7 +94,7 @@ def time_batch(direction: str, *, seed: int, reps: int, positions=None, device: 
     """`reps` calls of `direction` ("fwd": the grader's attention_fwd; "fwd+bwd": attention_fwd
     then attention_bwd, as the autograd Function runs them) on the student's kernels, on
     attention_benchmark.speed_inputs(GRADED | shape, seed=seed) made and kept here (32 MB tensors never
-    cross the wire: their encoding swamped the kernels' milliseconds, issue 29), then a sync; the
+    cross the wire: their encoding swamped the kernels' milliseconds), then a sync; the
     trusted side's clock times this call.  Returns the last O (fwd) or dQ (fwd+bwd) at `positions`."""
     from scaletrain.ops.attention_benchmark import GRADED, batch_seconds, speed_inputs
 

@@ -96,7 +96,7 @@ def _storages_made():
     """Yields a list that gets (weak reference to its storage, bytes, op) for every tensor an aten op
     makes inside the block: the probe's own dispatch mode, below any the student pushes. A weak
     reference to the storage (not to a tensor object, nor a count kept by a hook) says whether the
-    memory is still held, by the tape, by a saved-tensor hook or by anything else (issue 28)."""
+    memory is still held, by the tape, by a saved-tensor hook or by anything else."""
     import torch
     from torch.multiprocessing.reductions import StorageWeakRef
     from torch.utils._python_dispatch import TorchDispatchMode
