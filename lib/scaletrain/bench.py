@@ -230,6 +230,28 @@ def save_figure(fig: Any, name: str, dpi: int = 120) -> Path | None:
     return path
 
 
+def distributed_args(argv: list[str], name: str, doc: str, *, quick_help: str, sizes_help: str,
+                     sizes: str, quick_sizes: str, reps: int, quick_reps: int, more=None):
+    """The arguments every distributed benchmark takes, parsed: `--quick`, `--world-sizes` (checked by
+    `world_sizes`, torchrun's WORLD_SIZE included) and `--reps`, each with its quick default; `more(parser)`
+    adds a benchmark's own. Returns (args, world sizes, reps); a bad value is argparse's usage error."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=f"python -m scaletrain.bench {name}", description=doc.splitlines()[2])
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--world-sizes", default=None, help=f"{sizes_help}; under torchrun: its WORLD_SIZE")
+    parser.add_argument("--reps", type=int, default=None,
+                        help=f"timed reps per variant (default {reps}, quick {quick_reps})")
+    if more is not None:
+        more(parser)
+    args = parser.parse_args(argv)
+    try:
+        chosen = world_sizes(args.world_sizes, quick_sizes if args.quick else sizes)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return args, chosen, args.reps or (quick_reps if args.quick else reps)
+
+
 def world_sizes(requested: str | None, default: str, *, multiple_of: int = 1) -> tuple[int, ...]:
     """The world sizes a distributed benchmark runs, from `--world-sizes` ("2,4") or `default`;
     under torchrun the one it started (WORLD_SIZE), which `--world-sizes`, if given, must list.

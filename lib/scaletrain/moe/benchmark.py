@@ -26,7 +26,6 @@ loopback transfers; the GEMM, dense-vs-MoE and load sections run on one thread (
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 import torch
@@ -241,18 +240,13 @@ def plot(a2a: list[dict], gemm: list[dict], models: list[dict], histories: dict,
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scaletrain.bench moe", description=__doc__.splitlines()[2])
-    parser.add_argument("--quick", action="store_true", help="p = 2, small sizes, 30 training steps, 3 reps")
-    parser.add_argument("--world-sizes", default=None, help="all-to-all ranks, comma-separated (default 2,4; "
-                                                            "quick 2); under torchrun: its WORLD_SIZE")
-    parser.add_argument("--reps", type=int, default=None, help="timed reps per variant (default 10, quick 3)")
-    parser.add_argument("--steps", type=int, default=None, help="training steps per α (default 100, quick 30)")
-    args = parser.parse_args(argv)
-    try:
-        sizes = bench.world_sizes(args.world_sizes, "2" if args.quick else "2,4")
-    except ValueError as exc:
-        parser.error(str(exc))
-    reps = args.reps or (3 if args.quick else 10)
+    def training_steps(parser):
+        parser.add_argument("--steps", type=int, default=None, help="training steps per α (default 100, quick 30)")
+
+    args, sizes, reps = bench.distributed_args(
+        argv, "moe", __doc__, quick_help="p = 2, small sizes, 30 training steps, 3 reps",
+        sizes_help="all-to-all ranks, comma-separated (default 2,4; quick 2)",
+        sizes="2,4", quick_sizes="2", reps=10, quick_reps=3, more=training_steps)
     steps = args.steps or (30 if args.quick else 100)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # like each rank: a second thread on a shared 2-core box only adds noise

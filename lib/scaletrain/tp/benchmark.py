@@ -24,7 +24,6 @@ adapted to fp32 on CPU). Plot: bench_out/tp.png.
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 import torch
@@ -190,17 +189,10 @@ def plot(rows: list[dict[str, Any]], name: str):
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scaletrain.bench tp", description=__doc__.splitlines()[2])
-    parser.add_argument("--quick", action="store_true", help="a smaller GPT, t = 2 only, fewer reps")
-    parser.add_argument("--world-sizes", default=None, help="comma-separated t values, one spawn of t ranks each "
-                                                             "(default 2,4; quick 2); under torchrun: its WORLD_SIZE")
-    parser.add_argument("--reps", type=int, default=None, help="timed reps per variant (default 10, quick 3)")
-    args = parser.parse_args(argv)
-    try:
-        sizes = bench.world_sizes(args.world_sizes, "2" if args.quick else "2,4")
-    except ValueError as exc:
-        parser.error(str(exc))
-    reps = args.reps or (3 if args.quick else 10)
+    args, sizes, reps = bench.distributed_args(
+        argv, "tp", __doc__, quick_help="a smaller GPT, t = 2 only, fewer reps",
+        sizes_help="comma-separated t values, one spawn of t ranks each (default 2,4; quick 2)",
+        sizes="2,4", quick_sizes="2", reps=10, quick_reps=3)
     rows = table(measure(sizes, reps, args.quick))
     print(bench.format_table(rows, COLUMNS))
     path = plot(rows, "tp.png")

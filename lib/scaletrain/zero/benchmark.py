@@ -22,7 +22,6 @@ Plot: bench_out/zero.png.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -209,17 +208,9 @@ def plot(rows: list[dict[str, Any]], name: str):
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scaletrain.bench zero", description=__doc__.splitlines()[2])
-    parser.add_argument("--quick", action="store_true", help="a smaller GPT and fewer reps")
-    parser.add_argument("--world-sizes", default=None, help="comma-separated p values (default 2,4); "
-                                                             "under torchrun: its WORLD_SIZE")
-    parser.add_argument("--reps", type=int, default=None, help="timed reps per variant (default 10, quick 4)")
-    args = parser.parse_args(argv)
-    try:
-        world_sizes = bench.world_sizes(args.world_sizes, "2,4")
-    except ValueError as exc:
-        parser.error(str(exc))
-    reps = args.reps or (4 if args.quick else 10)
+    args, world_sizes, reps = bench.distributed_args(
+        argv, "zero", __doc__, quick_help="a smaller GPT and fewer reps",
+        sizes_help="comma-separated p values (default 2,4)", sizes="2,4", quick_sizes="2,4", reps=10, quick_reps=4)
     rows = table(measure(world_sizes, reps, args.quick))
     print(bench.format_table(rows, COLUMNS))
     path = plot(rows, "zero.png")
