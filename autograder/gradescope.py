@@ -90,9 +90,8 @@ def package_files(m: Manifest, info: PackageInfo) -> dict[str, str | bytes | Pat
     for path in sorted((REPO / "autograder").glob("*.py")):
         if path.name not in NOT_PACKAGED:
             files[f"autograder/{path.name}"] = path
-    suite = REPO / "autograder" / "suites" / f"{m.folder}.py"
-    files["autograder/suites/__init__.py"] = REPO / "autograder" / "suites" / "__init__.py"
-    files[f"autograder/suites/{suite.name}"] = suite
+    for path in [REPO / "autograder" / "suites" / "__init__.py", *m.suite_files()]:
+        files[path.relative_to(REPO).as_posix()] = path
     with tempfile.TemporaryDirectory() as tmp:  # the worker's library, made here where every manifest is known
         build = grading_build(m.assignment, Path(tmp) / GRADING_BUILD)
         for path in repo_files(build):

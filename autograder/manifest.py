@@ -1,6 +1,8 @@
 """What an assignment is made of: its files, tasks, test groups, checks and planted breakages.
 
-Each assignment has one suite module `autograder/suites/aN_topic.py` defining `MANIFEST`; they are
+Each assignment has one suite, a package `autograder/suites/aN_topic/` split by role (`__init__.py`:
+the `MANIFEST`; `names.py`: files and check names; `planted.py`; `inputs.py`: hidden inputs;
+`judge.py`: group functions and verdicts) or, until split, a module `aN_topic.py`; they are
 discovered here, so adding an assignment touches no shared file.
 """
 
@@ -135,6 +137,12 @@ class Manifest:
 
     def solution_dir(self) -> Path:
         return REPO / "solutions" / self.folder
+
+    def suite_files(self) -> list[Path]:
+        """The hidden suite's source files: `suites/<folder>.py`, or every .py of the package
+        `suites/<folder>/` (a suite split by role: manifest, names, planted, inputs, judge)."""
+        module = REPO / "autograder" / "suites" / f"{self.folder}.py"
+        return [module] if module.is_file() else sorted((module.parent / self.folder).glob("*.py"))
 
 
 PUBLIC_MANIFEST = Path(__file__).resolve().parent / "public_manifest.json"

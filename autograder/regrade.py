@@ -228,17 +228,18 @@ def read_package(path: Path, m: Manifest, warn: Callable[[str], None]) -> Packag
                 raise PackageError(_no_package_json(path, z.read("run_autograder").decode()
                                                     if "run_autograder" in names else ""))
             info = PackageInfo.from_json(z.read(PACKAGE_JSON).decode(), f"{path}:{PACKAGE_JSON}")
-            suite = f"autograder/suites/{m.folder}.py"
-            theirs = z.read(suite) if suite in names else None
+            ours = {path.relative_to(REPO).as_posix(): path.read_bytes() for path in m.suite_files()}
+            theirs = {name: z.read(name) for name in names
+                      if name == f"autograder/suites/{m.folder}.py" or name.startswith(f"autograder/suites/{m.folder}/")}
     except (OSError, zipfile.BadZipFile) as exc:
         raise PackageError(f"--package {path}: {exc}; "
                            f"pass the zip that `gradescope {m.assignment} -o ZIP` wrote") from None
     if info.assignment != m.assignment:
         raise PackageError(f"--package {path} grades {info.assignment}, not {m.assignment}: pass "
                            f"{m.assignment}'s package, or regrade {info.assignment}")
-    if theirs is not None and theirs != (REPO / suite).read_bytes():
-        warn(f"warning: {path}'s {suite} differs from this repository's: the seed is the package's, "
-             "the checks are this repository's")
+    if theirs and theirs != ours:
+        warn(f"warning: {path}'s autograder/suites/{m.folder} differs from this repository's: the seed is the "
+             "package's, the checks are this repository's")
     return info
 
 

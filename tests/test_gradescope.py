@@ -61,8 +61,9 @@ def _assert_gradescope_schema(payload: dict) -> None:
 def test_package_holds_one_suite_and_no_solutions(package):
     names = zipfile.ZipFile(package).namelist()
     assert {"setup.sh", "run_autograder", "requirements.txt", "package.json", "written_questions.md"} <= set(names)
-    assert [n for n in names if n.startswith("autograder/suites/")] == [
-        "autograder/suites/__init__.py", "autograder/suites/a0_memory.py"]
+    assert sorted(n for n in names if n.startswith("autograder/suites/")) == [
+        "autograder/suites/__init__.py", *(f"autograder/suites/a0_memory/{f}.py"
+                                          for f in ("__init__", "inputs", "judge", "names", "planted"))]
     assert not [n for n in names if n.startswith(("solutions/", "assignments/")) or n.endswith("ANSWERS.md")]
     assert "autograder/selftest.py" not in names
     assert "chmod -R go-rwx /autograder/source" in zipfile.ZipFile(package).read("setup.sh").decode()  # a0: all trusted

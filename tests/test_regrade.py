@@ -255,9 +255,9 @@ def test_choose_seed_reads_the_package_and_refuses_the_wrong_one(tmp_path, monke
     assert len(warnings) == 1 and f"seed {DEFAULT_SEED} (the public default)" in warnings[0]
     assert "not Gradescope's; pass --package a0_autograder.zip" in warnings[0]
     edited = _zip(tmp_path / "edited.zip", {"package.json": _package_json("a0", 1),
-                                            "autograder/suites/a0_memory.py": "MANIFEST = None\n"})
+                                            "autograder/suites/a0_memory/__init__.py": "MANIFEST = None\n"})
     assert choose_seed(m, edited, None, warnings.append) == 1
-    assert "autograder/suites/a0_memory.py differs from this repository's" in warnings[-1]
+    assert "autograder/suites/a0_memory differs from this repository's" in warnings[-1]
 
     with pytest.raises(PackageError, match="grades a3, not a0: pass a0's package, or regrade a3"):
         choose_seed(m, _zip(tmp_path / "a3.zip", {"package.json": _package_json("a3", 5)}), None, print)

@@ -84,7 +84,7 @@ def _findings():
         "seed_in_proc_environ": _seen_in_proc("environ", b"AUTOGRADER_SEED"),
         "report_in_proc_cmdline": _seen_in_proc("cmdline", b"report.jsonl"),
         "read_package_json": int(_readable(f"{source}/package.json")),
-        "read_suite": int(_readable(f"{source}/autograder/suites/a3_data_parallel.py")),
+        "read_suite": int(_readable(f"{source}/autograder/suites/__init__.py")),  # in every package
         "read_reference": int(_readable(f"{source}/lib/scaletrain/dp/bucket.py")),
         "write_results": int(_writable("/autograder/results")),
         "write_venv": int(_writable("/autograder/venv/bin")),
