@@ -1,6 +1,8 @@
-"""No import circle in the grader or the library (issue 33): every `import` and `from ... import`,
-at module level or inside a function, read from the source, is an arrow between the project's
-modules; a strongly connected set of more than one module is a circle."""
+"""No import circle in the grader or the library, and no arrow running back up the library's floors
+(issue 33): every `import` and `from ... import`, at module level or inside a function, read from
+the source, is an arrow between the project's modules; a strongly connected set of more than one
+module is a circle; an arrow from a room of the library to a room on a higher floor (`FLOORS`) runs
+back up."""
 
 import ast
 from pathlib import Path
@@ -8,6 +10,25 @@ from pathlib import Path
 from autograder.manifest import REPO
 
 PACKAGES = {"autograder": REPO / "autograder", "scaletrain": REPO / "lib" / "scaletrain"}
+
+# The library's layering (DESIGN.md): a room (a subpackage or a top-level module, with its
+# benchmark.py and demo.py) imports only rooms on its own floor or below. A new room needs a row.
+FLOORS = {
+    # 0, the ground: spawning ranks, timing, the models, memory arithmetic, comparisons, the corpus
+    "scaletrain": 0, "scaletrain.launch": 0, "scaletrain.bench": 0, "scaletrain.models": 0,
+    "scaletrain.memory": 0, "scaletrain.memory_measure": 0, "scaletrain.testing": 0, "scaletrain.data": 0,
+    "scaletrain.student_code": 0,
+    # 1: collectives, kernels, pipeline schedules, mixed precision
+    "scaletrain.comm": 1, "scaletrain.ops": 1, "scaletrain.pipeline": 1, "scaletrain.precision": 1,
+    # 2: data and tensor parallelism (on comm), offloading (on precision)
+    "scaletrain.dp": 2, "scaletrain.tp": 2, "scaletrain.offload": 2,
+    # 3: ZeRO (on dp), gradient compression (on dp), activation checkpointing (on offload)
+    "scaletrain.zero": 3, "scaletrain.compression": 3, "scaletrain.checkpointing": 3,
+    # 4: the rank grid, experts, the planner
+    "scaletrain.mesh": 4, "scaletrain.moe": 4, "scaletrain.plan": 4,
+    # 5: the capstone, composing all of it
+    "scaletrain.train": 5,
+}
 
 
 def _modules() -> dict[str, Path]:
@@ -68,6 +89,38 @@ def _circles(arrows: dict[str, set[str]]) -> list[list[str]]:
         if v not in index:
             visit(v)
     return found
+
+
+def _room(module: str) -> str | None:
+    while module and module not in FLOORS:
+        module = module.rpartition(".")[0]
+    return module or None
+
+
+def _upward(arrows: dict[str, set[str]]) -> list[str]:
+    """Arrows from a library module to a room on a higher floor, or to the grader."""
+    found = []
+    for source, targets in sorted(arrows.items()):
+        if not source.startswith("scaletrain"):
+            continue
+        for target in sorted(targets):
+            if target.startswith("autograder") or FLOORS[_room(target)] > FLOORS[_room(source)]:
+                found.append(f"{source} -> {target}")
+    return found
+
+
+def test_every_library_module_has_a_floor():
+    assert [m for m in _modules() if m.startswith("scaletrain") and _room(m) is None] == []
+
+
+def test_the_detector_finds_an_arrow_running_up():
+    arrows = {"scaletrain.tp.demo": {"scaletrain.train.loop", "scaletrain.comm.ring"},
+              "scaletrain.train.loop": {"scaletrain.tp.gpt"}, "scaletrain.data": {"autograder.checks"}}
+    assert _upward(arrows) == ["scaletrain.data -> autograder.checks", "scaletrain.tp.demo -> scaletrain.train.loop"]
+
+
+def test_no_arrow_runs_back_up_the_library():
+    assert _upward(_arrows(_modules())) == []
 
 
 def test_the_detector_finds_a_planted_circle():

@@ -1,7 +1,7 @@
 """`python -m scaletrain.bench compression`: what gradient compression saves in bytes and costs in
 loss and step time, measured on the same run.
 
-The tiny GPT on the bundled corpus (the course handouts, scaletrain.train.corpus), data-parallel
+The tiny GPT on the bundled corpus (the course handouts, scaletrain.data.corpus), data-parallel
 over p ranks (gloo, one thread per rank), the same seeds, batches and Adam for every method; only
 the gradient synchronization differs:
 
@@ -46,6 +46,7 @@ from scaletrain.compression.onebit import OneBitEF, onebit_bytes
 from scaletrain.compression.onebit_adam import (CompressedAllreduceState, OneBitAdam, compressed_allreduce,
                                                 compressed_allreduce_bytes)
 from scaletrain.compression.powersgd import PowerSGD, powersgd_payloads
+from scaletrain.data import corpus, windows
 from scaletrain.dp.data_parallel import DataParallel
 from scaletrain.dp.naive import broadcast_module
 from scaletrain.launch import spawn
@@ -89,9 +90,7 @@ def batch(tokens: torch.Tensor, step: int, rank: int, p: int):
     """Rank `rank`'s share of step `step`'s batch: the same sequences for every method (seeded by step)."""
     gen = torch.Generator().manual_seed(10_007 * step + 1)
     starts = torch.randint(0, len(tokens) - CFG.block_size - 1, (p * BATCH_PER_RANK,), generator=gen)
-    mine = starts[rank * BATCH_PER_RANK:(rank + 1) * BATCH_PER_RANK].tolist()
-    rows = torch.stack([tokens[s:s + CFG.block_size + 1] for s in mine])
-    return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
+    return windows(tokens, starts[rank * BATCH_PER_RANK:(rank + 1) * BATCH_PER_RANK].tolist(), CFG.block_size)
 
 
 def _formula_bytes(model, method: str, p: int) -> int:
@@ -143,8 +142,6 @@ def _sync(model, method: str):
 
 def _rank(rank: int, p: int, steps: int, reps: int, methods: tuple[str, ...] = METHODS,
           ring_sizes: tuple[int, ...] = ()) -> dict[str, Any]:
-    from scaletrain.train import corpus
-
     tokens = corpus()
     out: dict[str, Any] = {"methods": {}}
     models = {}

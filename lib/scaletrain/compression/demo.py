@@ -92,7 +92,7 @@ def _feedback_rank(rank: int, p: int, steps: int, methods: tuple[str, ...]) -> d
     from scaletrain.compression import benchmark
     from scaletrain.compression.hook import compressed_data_parallel
     from scaletrain.models import GPT
-    from scaletrain.train import corpus
+    from scaletrain.data import corpus
 
     tokens, out = corpus(), {}
     for method in methods:

@@ -8,8 +8,6 @@
     rank 0 (`activations.measure_block_activations`) and the formula (`block_activation_bytes`);
   * "ring": (bytes, seconds) of our ring allreduce on 2 ranks at a few sizes, for the α–β fit
     (`scaletrain.comm.cost_model.fit`) the notebook evaluates the seminar's equation 5 with.
-`train_curves(layouts, steps)` trains the capstone (`scaletrain.train`) in a few 3D layouts on one
-spawn of 4 ranks and returns their losses beside one process's.
 Subgroups of the first 1 and 2 ranks give the smaller t; everything runs on the reference layers
 (in a student repository, on the student's: the library runs their files).
 """
@@ -32,7 +30,7 @@ from scaletrain.tp.collectives import split
 from scaletrain.tp.gpt import parallelize
 from scaletrain.tp.layers import ColumnParallelLinear, RowParallelLinear
 
-__all__ = ["measure", "train_curves", "CFG", "BATCH", "SEQ"]
+__all__ = ["measure", "CFG", "BATCH", "SEQ"]
 
 CFG = GPTConfig(vocab_size=64, block_size=32, n_layer=1, n_head=4, n_embd=64)
 BATCH, SEQ = 4, 32
@@ -103,20 +101,3 @@ def _rank(rank: int, world_size: int) -> dict:
 def measure(world_size: int = 4) -> dict:
     """Everything the notebook plots, from rank 0 (see the module docstring)."""
     return spawn(_rank, world_size, timeout_s=120)[0]
-
-
-def _curves_rank(rank: int, world_size: int, layouts, steps: int) -> dict:
-    from scaletrain.train import TrainConfig, train_rank
-    return {layout: train_rank(rank, world_size, TrainConfig(dp=layout[0], pp=layout[1], tp=layout[2], steps=steps),
-                               log=False)["losses"] for layout in layouts}
-
-
-def train_curves(layouts=((1, 2, 2), (1, 1, 4)), steps: int = 12) -> dict:
-    """The capstone (`scaletrain.train`) in each (dp, pp, tp) layout on 4 spawned ranks, and one
-    process (the layouts must share dp: one batch per step): {layout: losses, "one process": losses}."""
-    from scaletrain.train import TrainConfig, reference
-    if len({layout[0] for layout in layouts}) != 1:
-        raise ValueError("train_curves: the layouts must share dp (the reference trains on one batch per step)")
-    curves = spawn(_curves_rank, 4, tuple(layouts), steps, timeout_s=240)[0]
-    curves["one process"] = reference(TrainConfig(dp=layouts[0][0], steps=steps))["losses"]
-    return curves

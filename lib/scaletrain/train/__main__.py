@@ -1,0 +1,3 @@
+from scaletrain.train.cli import main
+
+raise SystemExit(main())
