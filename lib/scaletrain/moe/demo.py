@@ -1,7 +1,7 @@
 """Notebook 10's measurements, shared with `python -m scaletrain.bench moe`.
 
   train_load        the tiny MoE GPT trained on the course's corpus (its handouts, byte by byte,
-                    scaletrain.train.corpus) with several auxiliary-loss weights α, the same seeds and
+                    scaletrain.data.corpus) with several auxiliary-loss weights α, the same seeds and
                     batches: per step, each expert's share of the first MoE layer's tokens, the
                     dropped fraction and the cross-entropy
   routing_picture   a trained router's probabilities for the bytes of one sentence (tokens x experts)
@@ -62,7 +62,7 @@ def corpus_batch(tokens: torch.Tensor, batch: int, seq_len: int, gen: torch.Gene
 def train_load(coefs: Sequence[float] = (0.0, 0.01, 0.1), *, steps: int = 100, cfg: GPTConfig = DEMO_CFG,
                moe: MoEConfig = DEMO_MOE, batch: int = BATCH, lr: float = LR, seed: int = 0) -> dict[float, History]:
     """Train one model per α in `coefs` (same init, same batches) and record the load per step."""
-    from scaletrain.train import corpus
+    from scaletrain.data import corpus
 
     tokens, out = corpus(), {}
     for coef in coefs:
@@ -97,7 +97,7 @@ def routing_picture(model: MoEGPT, text: str) -> tuple[torch.Tensor, list[str]]:
 def drop_rates(model: MoEGPT, factors: Sequence[float], *, batches: int = 4, seed: int = 1) -> list[float]:
     """Share of (token, choice) pairs over capacity in the first MoE layer, for each capacity factor,
     on `batches` held-out batches (the model's own weights; only the capacity changes)."""
-    from scaletrain.train import corpus
+    from scaletrain.data import corpus
 
     tokens, layer = corpus(), model.moe_layers()[0]
     saved, rates = layer.cfg, []
@@ -123,7 +123,7 @@ def alltoall_rank(rank: int, world_size: int, rows: Sequence[int], hidden: int, 
     from scaletrain.moe.all_to_all import all_to_all, all_to_all_bytes
     from scaletrain.moe.cost import ep_step_bytes
     from scaletrain.moe.expert_parallel import apply_expert_parallel
-    from scaletrain.train import corpus
+    from scaletrain.data import corpus
 
     out: dict[str, Any] = {"alltoall": []}
     for n in rows:  # n rows of `hidden` fp32 per rank, n/p to each rank
