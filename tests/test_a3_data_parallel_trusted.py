@@ -10,7 +10,7 @@ import torch.distributed as dist
 from autograder.checks import Flagged
 from autograder.manifest import get_manifest
 from autograder.probes import a3_data_parallel as probe
-from autograder.suites import a3_data_parallel as suite
+from autograder.suites.a3_data_parallel import inputs, judge_ddp, names
 
 A3 = get_manifest("a3")
 
@@ -62,13 +62,13 @@ def _verdicts(plan, rank, edit=lambda name, sc, out: None):
             out = _honest(sc, rank)
             edit(name, sc, out)
             results.append({"ok": out})
-        verdicts[name] = suite._verdict(name, scenarios, results, rank)
+        verdicts[name] = judge_ddp._verdict(name, scenarios, results, rank)
     return verdicts
 
 
 def test_judges_pass_honest_outputs_and_fail_each_cheat():
-    plan = suite._plan(20261122)
-    for rank in range(suite.P):
+    plan = inputs._plan(20261122)
+    for rank in range(names.P):
         assert set(_verdicts(plan, rank).values()) == {None}
 
     def dummies(name, sc, out):
@@ -85,18 +85,18 @@ def test_judges_pass_honest_outputs_and_fail_each_cheat():
         for launch in out["launches"]:
             launch["t"] += 100.0
     v = _verdicts(plan, 0, after_backward)
-    assert v[suite.C_OVERLAP][0] == "AssertionError" and "0 of 3 buckets" in v[suite.C_OVERLAP][1]
-    assert v[suite.C_HOOKED] is None and v[suite.C_SYNC] is None
+    assert v[names.C_OVERLAP][0] == "AssertionError" and "0 of 3 buckets" in v[names.C_OVERLAP][1]
+    assert v[names.C_HOOKED] is None and v[names.C_SYNC] is None
 
     def summed(name, sc, out):
-        out["grads"] = [None if g is None else suite.P * g for g in out["grads"]]
+        out["grads"] = [None if g is None else names.P * g for g in out["grads"]]
     v = _verdicts(plan, 0, summed)
-    assert "2x the mean gradient" in v[suite.C_SYNC][1] and v[suite.C_OVERLAP] is None and v[suite.C_ONCE] is None
+    assert "2x the mean gradient" in v[names.C_SYNC][1] and v[names.C_OVERLAP] is None and v[names.C_ONCE] is None
 
     def extra(name, sc, out):
         out["outside"] = {"allreduce": 3}
     v = _verdicts(plan, 0, extra)
-    assert "allreduce ×3" in v[suite.C_ONCE][1] and v[suite.C_SYNC] is None
+    assert "allreduce ×3" in v[names.C_ONCE][1] and v[names.C_SYNC] is None
 
     def garbage(name, sc, out):
         out["launches"] = "nothing"
