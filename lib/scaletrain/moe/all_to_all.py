@@ -19,15 +19,17 @@ Bytes one rank sends (what `comm_counter` records, one logical message per non-e
     equal:     (p-1) · m · row_bytes                               m = rows / p
     variable:  Σ_{j≠r} send_splits[j] · row_bytes  [+ 8·(p-1) for the split exchange]
 
-Unlike the ring's p-1 sequential steps, the p-1 messages are independent: every receive is posted
-first (gloo writes a message at once when its receive is already posted; ring.py), then every
-send, then every handle is waited on. Rank r sends to r+1, r+2, ... in that order, so at each
-step the p ranks send to p different peers (the shifted exchange of MPI's pairwise all-to-all),
-rather than everyone to rank 0 first. Only `dist.isend` / `dist.irecv`; never batch_isend_irecv,
-which gloo does not run as one batch. Empty chunks send nothing (both sides know the sizes).
+Only `dist.isend` / `dist.irecv` move data (never torch's collectives, nor batch_isend_irecv, which
+gloo does not run as one batch); each message sent is recorded with `record_send` (comm_counter).
+Unlike the ring's p-1 sequential steps, the p-1 messages of an all-to-all are independent: in
+which order a rank posts its receives and sends, and when it waits on them, is a design decision
+(which peer does everyone talk to first? what does gloo do with a message whose receive is not yet
+posted? ring.py's docstring has the measurements). Whatever the order, no rank may wait on a peer
+that is itself waiting, for any p and any split sizes, empty chunks included. Empty chunks send
+nothing (both sides know the sizes).
 
-Autograd: the backward of an all-to-all is the all-to-all of the gradients with the split sizes
-swapped (what arrived from rank i goes back to rank i).
+Autograd: the backward of an all-to-all is an all-to-all of the gradients (Switch §5.4: the
+backward pass mirrors the forward's communication).
 """
 
 from __future__ import annotations
@@ -54,10 +56,21 @@ def _members(group: Any) -> tuple[int, int, list[int]]:
 
 
 def _exchange(send: list[torch.Tensor], recv: list[torch.Tensor], group: Any) -> None:
-    """Send send[j] to member j and receive recv[i] from member i, all at once; recv[me] = send[me]."""
+    """Send send[j] to member j and receive recv[i] from member i of `group`; recv[me] = send[me].
+
+    `send` and `recv` hold p contiguous tensors each (p = the group's size), recv[i] already shaped
+    to what member i sends. Fills `recv` in place; returns when every message of this rank is
+    complete. isend/irecv take *global* ranks: `_members` gives them. Graded: what arrives, on
+    p = 1-4 with uneven and empty chunks; bytes handed to isend and to `record_send` equal the
+    formula above (no message to itself, none for an empty chunk); no deadlock (10 s limit)."""
     rank, p, peers = _members(group)
+    # BEGIN SOLUTION
+    # Every receive is posted before any send (gloo writes a message at once when its receive is
+    # already posted; ring.py), then every send, then every handle is waited on: nobody waits before
+    # everything is posted, so no order of peers can deadlock. Rank r sends to r+1, r+2, ... so at each
+    # step the p ranks send to p different peers (MPI's pairwise exchange), not everyone to rank 0 first.
     handles = []
-    for step in range(1, p):  # every receive before any send
+    for step in range(1, p):
         src = (rank - step) % p
         if recv[src].numel():
             handles.append(dist.irecv(recv[src], src=peers[src], group=group))
@@ -69,6 +82,7 @@ def _exchange(send: list[torch.Tensor], recv: list[torch.Tensor], group: Any) ->
     recv[rank].copy_(send[rank])
     for handle in handles:
         handle.wait()
+    # END SOLUTION
 
 
 def _rows_out(x: torch.Tensor, send_splits: Sequence[int], recv_splits: Sequence[int], group: Any) -> torch.Tensor:
@@ -86,8 +100,12 @@ class _AllToAll(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
+        """dy (Σ recv_splits, ...) -> the gradient of x (Σ send_splits, ...), then None for the other
+        three inputs. Graded: the input gradients of the equal and variable forms."""
+        # BEGIN SOLUTION
         send_splits, recv_splits = ctx.splits
         return _rows_out(dy, recv_splits, send_splits, ctx.group), None, None, None
+        # END SOLUTION
 
 
 def _sizes(splits: Sequence[int], p: int, what: str) -> list[int]:
@@ -109,10 +127,14 @@ def all_to_all(x: torch.Tensor, group: Any = None) -> torch.Tensor:
 
 
 def exchange_splits(send_splits: Sequence[int], group: Any = None) -> list[int]:
-    """What each rank will send me: the equal all-to-all of one int64 per rank (8·(p-1) bytes)."""
+    """recv_splits: how many rows each member of `group` will send me, a list of p ints, learned
+    from every member's `send_splits` (p ints each) in SPLIT_BYTES · (p-1) bytes sent per rank.
+    Graded inside `all_to_all_v` without `recv_splits`: values and bytes."""
     _, p, _ = _members(group)
     sizes = torch.tensor(_sizes(send_splits, p, "send_splits"), dtype=torch.int64)
+    # BEGIN SOLUTION
     return _rows_out(sizes, [1] * p, [1] * p, group).tolist()
+    # END SOLUTION
 
 
 def all_to_all_v(x: torch.Tensor, send_splits: Sequence[int], recv_splits: Sequence[int] | None = None,

@@ -4,7 +4,7 @@ Why a capacity at all. GShard and Switch compile static shapes (XLA on TPUs): ea
 buffer of C slots per batch, and the all-to-all exchanges fixed-size (E, C, h) tensors. Switch
 Transformers (Fedus et al. 2021, §2.2, eq. 3):
 
-    C = (tokens per batch / number of experts) × capacity factor        here ⌈k · T · cf / E⌉
+    C = (tokens per batch / number of experts) × capacity factor        (k choices: k·T pairs per batch)
 
 A capacity factor above 1 leaves slack for imbalance; every slot above the load is padding that is
 computed and sent for nothing. A token whose expert is full is *dropped*: the MoE layer outputs 0
@@ -34,12 +34,16 @@ __all__ = ["expert_capacity", "Capacity", "apply_capacity"]
 
 
 def expert_capacity(*, tokens: int, num_experts: int, capacity_factor: float, k: int = 1) -> int:
-    """C = ⌈k · T · capacity_factor / E⌉ slots per expert (Switch eq. 3, k choices per token);
-    at least 1. Rounded on 9 decimals first, so 0.1·30/3 is 1, not 2."""
+    """C, the slots per expert (Switch §2.2, eq. 3, with k choices per token: the k·T (token, choice)
+    pairs over E experts, times the capacity factor), an int rounded up: a fractional slot is a
+    whole one. At least 1. The quotient is rounded on 9 decimals before rounding up, so that
+    0.1·30/3 (2.0000000000000004 in floats) gives 1 slot, not 2. Graded on hidden (T, E, k, cf)."""
     if capacity_factor <= 0 or num_experts < 1 or tokens < 0 or k < 1:
         raise ValueError(f"expert_capacity: need tokens >= 0, num_experts >= 1, k >= 1 and capacity_factor > 0, "
                          f"got {tokens}, {num_experts}, {k}, {capacity_factor}")
+    # BEGIN SOLUTION
     return max(1, math.ceil(round(k * tokens * capacity_factor / num_experts, 9)))
+    # END SOLUTION
 
 
 @dataclass(frozen=True)
@@ -63,10 +67,18 @@ class Capacity:
 
 def apply_capacity(experts: torch.Tensor, num_experts: int, capacity: int) -> Capacity:
     """Slots for the (token, choice) pairs of `experts` (T, k), at most `capacity` per expert,
-    first choices first, then earlier tokens first (GShard Algorithm 1)."""
+    first choices first, then earlier tokens first (GShard Algorithm 1, `position_in_expert`).
+
+    Returns a `Capacity` with `position` (T, k) int64, each pair's 0-based rank among the pairs that
+    chose the same expert, in that priority order, and `kept` (T, k) bool, position < capacity.
+    What the grader checks on hidden routings (skewed, so that pairs are dropped): every expert
+    keeps at most `capacity` pairs; the pairs dropped are exactly those that come after the
+    expert's first `capacity` in priority order; `dropped` and `dropped_tokens` count them."""
     t, k = experts.shape
+    # BEGIN SOLUTION
     order = experts.t().reshape(-1)  # choice-major: every token's first choice, then every second...
     onehot = torch.nn.functional.one_hot(order, num_experts)  # (k·T, E); T·E ints, fine at course sizes
     position = (onehot.cumsum(dim=0) - 1).gather(1, order[:, None]).squeeze(1)  # pairs before, same expert
     position = position.view(k, t).t()
     return Capacity(capacity=capacity, position=position, kept=position < capacity)
+    # END SOLUTION

@@ -66,7 +66,8 @@ class Experts(nn.Module):
             raise ValueError(f"Experts.shard: {e} experts do not split evenly over {world_size} ranks")
         lo, n = rank * (e // world_size), e // world_size
         part = Experts(n, self.w1.shape[1], self.w1.shape[2], gemm=self.gemm, first=self.first + lo)
+        part = part.to(self.w1.dtype)  # before the copy: float64 weights must not pass through float32
         with torch.no_grad():
             for name, p in part.named_parameters():
                 p.copy_(getattr(self, name)[lo:lo + n])
-        return part.to(self.w1.dtype)
+        return part

@@ -116,7 +116,7 @@ class MoE(nn.Module):
             routing = top_k_routing(logits, cfg.top_k, normalize=cfg.normalize_gates)
             probs, experts = routing.probs, routing.experts
             balance = load_balancing_loss(probs, experts)
-            # assignments in (token, choice) order: grouping is stable, so each group is in token order
+            # assignments in (token, choice) order; group_by_expert then groups them by expert
             token = torch.arange(t, device=x.device).repeat_interleave(cfg.top_k)
             expert, gate = experts.reshape(-1), routing.gates.reshape(-1)
             chosen = tokens_per_expert(experts, e)

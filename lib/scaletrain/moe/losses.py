@@ -2,14 +2,12 @@
 
 Load balance. Left alone, a router collapses: the experts it favours early train faster, score
 higher, and get still more tokens (Shazeer et al. 2017, §4). Switch Transformers (Fedus et al.
-2021, §2.2, eq. 4-6) add, for N experts and a batch of T tokens,
-
-    loss = α · N · Σᵢ fᵢ · Pᵢ
-    fᵢ = (1/T) Σₓ 1{argmax p(x) = i}      the fraction of tokens dispatched to expert i
-    Pᵢ = (1/T) Σₓ pᵢ(x)                     the fraction of router probability given to it
+2021, §2.2, eq. 4-6) add, for N experts and a batch of T tokens, α·N times the dot product of two
+vectors over the experts: fᵢ, the fraction of the tokens dispatched to expert i (eq. 5), and Pᵢ,
+the fraction of the router probability given to expert i (eq. 6).
 
 fᵢ is a count (no gradient); the gradient flows through Pᵢ and pushes probability away from the
-experts that are over-subscribed. Under uniform routing fᵢ = Pᵢ = 1/N and the sum is exactly 1,
+experts that are over-subscribed. Under uniform routing fᵢ = Pᵢ = 1/N and the loss is exactly 1,
 whatever N: α = 10⁻² in the paper. With k > 1 choices per token we count every choice and divide by
 k·T, so Σ fᵢ = 1 and the uniform value stays 1 (Megatron-Core and Mixtral's convention; GShard's
 Algorithm 1 counts the first choice only).
@@ -38,12 +36,17 @@ def tokens_per_expert(experts: torch.Tensor, num_experts: int) -> torch.Tensor:
 
 
 def load_balancing_loss(probs: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
-    """N · Σᵢ fᵢ · Pᵢ (Switch eq. 4 without α): `probs` (T, N) the router's softmax, `experts` (T, k)
-    the chosen experts. 1 at perfect balance, N when one expert takes every token with probability 1."""
+    """Switch's load-balancing loss (§2.2, eq. 4-6) without α, a 0-dim tensor: `probs` (T, N) the
+    router's softmax, `experts` (T, k) the chosen experts (every choice counts, over k·T). 1 at
+    perfect balance, N when one expert takes every token with probability 1. Differentiable with
+    respect to `probs` only, through the probability fractions; the inputs are not modified.
+    Graded: the value and the gradient with respect to `probs` on hidden routings (k = 1, 2, 3)."""
     t, n = probs.shape
+    # BEGIN SOLUTION
     f = tokens_per_expert(experts, n).to(probs.dtype) / experts.numel()
     p = probs.mean(dim=0)
     return n * (f * p).sum()
+    # END SOLUTION
 
 
 def router_z_loss(logits: torch.Tensor) -> torch.Tensor:

@@ -3,14 +3,11 @@
 Token choice (each token picks its k best experts). Shazeer et al. 2017 (eq. 3-5) introduced the
 gate G(x) = Softmax(KeepTopK(x·W_g, k)); Switch Transformers (Fedus et al. 2021, §2.1, eq. 1-2)
 route each token to one expert (k = 1) and scale that expert's output by its router
-probability p_i(x) = softmax(x·W_r)_i; GShard (Lepikhin et al. 2020, Algorithm 1) routes to two
-(k = 2) and renormalises the pair, g1 / (g1 + g2) and g2 / (g1 + g2).
+probability p_i(x); GShard (Lepikhin et al. 2020, Algorithm 1) routes to two (k = 2) and
+renormalises the pair so that its two weights sum to 1.
 
-    logits = x · W_r                       (T, E)   one row per token, one column per expert
-    probs  = softmax(logits)               (T, E)
-    experts, top = topk(probs, k)          (T, k)   best first
-    gates  = top / Σ top    if k > 1       (T, k)   GShard: the k weights sum to 1
-           = top            if k = 1                Switch: p_i(x) itself, so the router learns
+    logits (T, E)  one row per token, one column per expert    ->  probs (T, E)
+    experts (T, k) each token's k best, best first              gates (T, k) their weights
 
 Why not renormalise at k = 1: the gate would be 1 for every token and the router weights would get
 no gradient from the task loss at all (only from the auxiliary losses, losses.py).
@@ -65,17 +62,25 @@ class ExpertChoice:
 
 
 def top_k_routing(logits: torch.Tensor, k: int, *, normalize: bool | None = None) -> Routing:
-    """Each token's k best experts from router logits (T, E). `normalize` (default: k > 1)
-    divides the k gates by their sum (GShard); off, the gates are the softmax probabilities
-    (Switch at k = 1)."""
+    """Each token's k best experts from router logits (T, E) (Switch §2.1; GShard Algorithm 1).
+
+    Returns a `Routing` whose `logits` are the input, `probs` (T, E) the router's softmax over
+    experts, `experts` (T, k) int64 each token's k most probable experts, best first, and `gates`
+    (T, k) the weight of each choice. `normalize` (None: k > 1) makes each token's k gates sum to
+    1 (GShard); off, a gate is the token's router probability for that expert (Switch at k = 1,
+    where the router would otherwise get no gradient from the task loss). Gates stay differentiable
+    with respect to `logits`; the input is not modified. Graded: all four fields on hidden (T, E, k),
+    and the gradient of the gates."""
     t, e = logits.shape
     if not 1 <= k <= e:
         raise ValueError(f"top_k_routing: k must be in 1..{e} (the number of experts), got {k}")
+    # BEGIN SOLUTION
     probs = logits.softmax(dim=-1)
     top, experts = probs.topk(k, dim=-1)
     if k > 1 if normalize is None else normalize:
         top = top / top.sum(dim=-1, keepdim=True)
     return Routing(logits=logits, probs=probs, experts=experts, gates=top)
+    # END SOLUTION
 
 
 def expert_choice_routing(logits: torch.Tensor, capacity: int) -> ExpertChoice:
