@@ -156,6 +156,30 @@ def _layer(m, job, r, group, sent):
     return out
 
 
+def _attention(m, job, r, group, sent):
+    """The given `ParallelSelfAttention` on the student's column-parallel QKV (parts=3) and row-parallel
+    projection, made from the unsharded attention's weights."""
+    from scaletrain.tp.attention import ParallelSelfAttention
+    layers = m["tp_layers"]
+    qkv = layers.ColumnParallelLinear.from_linear(_linear(job["qkv_w"], job["qkv_b"]), tp_group=group, parts=3,
+                                                  backend="ring")
+    proj = layers.RowParallelLinear.from_linear(_linear(job["proj_w"], job["proj_b"]), tp_group=group,
+                                                input_is_parallel=True, backend="ring")
+    out = {"qkv_w": _out(qkv.weight)}
+    try:  # the rows it took are evidence even when its forward then fails
+        attn = ParallelSelfAttention(qkv, proj, job["n_head"])
+        x = job["x"].clone().requires_grad_(True)
+        y = attn(x)
+        out["y"] = _out(y)
+        out["skipped"] = _backward(y, job["w"])
+    except Exception as exc:
+        exc.partial = out
+        raise
+    out.update(x_grad=_out(x.grad), qkv_w_grad=_out(qkv.weight.grad), qkv_b_grad=_out(qkv.bias.grad),
+               proj_w_grad=_out(proj.weight.grad))
+    return out
+
+
 def _mlp(m, job, r, group, sent):
     """Column (h -> 4h) -> GeLU -> row (4h -> h): the bytes of one tensor-parallel MLP."""
     import torch.nn as nn
@@ -232,8 +256,8 @@ def _gpt(m, job, r, group, sent):
             "grads": {n: _out(p.grad) for n, p in model.named_parameters()}}
 
 
-RUNNERS = {"operator": _operator, "layer": _layer, "mlp": _mlp, "loss": _loss, "gather_linear": _gather_linear,
-           "gpt": _gpt}
+RUNNERS = {"operator": _operator, "layer": _layer, "attention": _attention, "mlp": _mlp, "loss": _loss,
+           "gather_linear": _gather_linear, "gpt": _gpt}
 
 
 def _where(exc: BaseException) -> str:

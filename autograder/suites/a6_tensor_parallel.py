@@ -51,6 +51,7 @@ C_G = "g: allreduce forward, identity backward (values and bytes; t = 2, 3)"
 C_LAST = "gather and scatter of the last dimension, each the other's backward"
 C_COL = "column-parallel layer: its rows of the weight, output and gradients equal the unsharded layer"
 C_ROW = "row-parallel layer: its columns of the weight, output and gradients equal the unsharded layer"
+C_QKV = "attention split by heads: each rank holds whole heads of Q, K and V; output and gradients equal one device"
 C_MLP = "column -> GeLU -> row: one allreduce of b·s·h forward and one backward"
 C_GPT = "tensor-parallel GPT equals one process (loss, logits slice, every gradient; t = 2, 3)"
 C_GPT_BYTES = "tensor-parallel GPT sends 4 allreduces of b·s·h per layer (+ embedding, head, loss)"
@@ -61,7 +62,7 @@ C_SP_LIN = "sequence-gather linear equals the unsharded layer and saves only its
 C_SP_GPT = "GPT with sequence parallelism equals one process (t = 2, 3)"
 C_SP_MEM = "blocks save sbh(10 + 24/t)-form bytes with TP, sbh(34/t)-form with SP (CPU fp32 form)"
 C_SP_BYTES = "sequence parallelism sends tensor parallelism's bytes plus 2 re-gathers per layer"
-CHECKS = (C_F, C_G, C_LAST, C_COL, C_ROW, C_MLP, C_GPT, C_GPT_BYTES, C_CE, C_CE_MEM, C_SP_PAIR, C_SP_LIN,
+CHECKS = (C_F, C_G, C_LAST, C_COL, C_ROW, C_QKV, C_MLP, C_GPT, C_GPT_BYTES, C_CE, C_CE_MEM, C_SP_PAIR, C_SP_LIN,
           C_SP_GPT, C_SP_MEM, C_SP_BYTES)
 
 _FROM_LINEAR_COLUMN = "            layer.weight.copy_(shard(linear.weight, **where))\n"
@@ -140,7 +141,7 @@ def _planted() -> tuple[Planted, ...]:
                 expect={C_ROW: "failed", C_COL: "passed", C_F: "passed"}),
         Planted("QKV split as one block instead of per head", LAYERS,
                 ("world_size=layer.tp_world_size, parts=layer.parts)", "world_size=layer.tp_world_size, parts=1)"),
-                expect={C_COL: "failed", C_ROW: "passed", C_GPT: "failed"}),
+                expect={C_QKV: "failed", C_COL: "passed", C_ROW: "passed", C_GPT: "failed"}),
         Planted("the loss gathers the whole logits", LOSS,
                 ((ce_forward, _FULL_LOGITS), (ce_backward, _FULL_LOGITS_BACKWARD)),
                 expect={C_CE: "passed", C_CE_MEM: "failed", C_GPT: "passed"}),
@@ -184,20 +185,23 @@ MANIFEST = Manifest(
     tasks=(
         Task("6.1", "The conjugate operators f and g (and the last-dimension gather/scatter)", file=OPS,
              functions=("forward", "backward")),
-        Task("6.2", "Column- and row-parallel linear layers", file=LAYERS, functions=("from_linear", "forward")),
+        Task("6.2", "Column- and row-parallel linear layers, and the per-head slice of a fused weight", file=LAYERS,
+             functions=("shard", "from_linear", "forward")),
         Task("6.3", "Vocabulary-parallel cross-entropy", file=LOSS, functions=("forward", "backward")),
         Task("6.4", "Sequence parallelism: the all-gather / reduce-scatter pair", file=SEQ,
              functions=("forward", "backward")),
     ),
     forbidden={OPS: TORCH_TP + ("scaletrain.tp.operators",),
                LAYERS: TORCH_TP + ("scaletrain.tp.layers", "scaletrain.tp.ColumnParallelLinear",
-                                   "scaletrain.tp.RowParallelLinear"),
+                                   "scaletrain.tp.RowParallelLinear", "scaletrain.tp.shard", "scaletrain.tp.shard_like",
+                                   "scaletrain.tp.gpt", "scaletrain.tp.verify"),
                LOSS: TORCH_TP + ("scaletrain.tp.cross_entropy", "scaletrain.tp.vocab_parallel_cross_entropy"),
                SEQ: TORCH_TP + ("scaletrain.tp.sequence",)},
     groups=(
         Group("ranks", "autograder.suites.a6_tensor_parallel:group_ranks", timeout_s=300, trusted=True, checks=(
             Check("6.1", C_F, 2), Check("6.1", C_G, 2), Check("6.1", C_LAST, 1),
-            Check("6.2", C_COL, 3), Check("6.2", C_ROW, 3), Check("6.2", C_MLP, 1), Check("6.2", C_GPT, 3),
+            Check("6.2", C_COL, 2), Check("6.2", C_ROW, 2), Check("6.2", C_QKV, 2), Check("6.2", C_MLP, 1),
+            Check("6.2", C_GPT, 3),
             Check("6.2", C_GPT_BYTES, 1, needs=(C_GPT,)),
             Check("6.3", C_CE, 3), Check("6.3", C_CE_MEM, 2, needs=(C_CE,)),
             Check("6.4", C_SP_PAIR, 2), Check("6.4", C_SP_LIN, 2), Check("6.4", C_SP_GPT, 2),
@@ -239,9 +243,9 @@ def _jobs(seed: int) -> dict[str, list[dict]]:
             need.setdefault({"f": C_F, "g": C_G}.get(op, C_LAST), []).append(job)
         for layer, flags in (("column", (False, True)), ("row", (True, False))):
             for flag in flags:
-                parts = 3 if layer == "column" and not flag else 1
+                parts = 1
                 d_in = rng.choice((7, 17)) if layer == "column" else 6 * rng.randint(1, 4)
-                d_out = 6 * parts * rng.randint(1, 3) if layer == "column" else rng.choice((5, 13))
+                d_out = 6 * rng.randint(1, 3) if layer == "column" else rng.choice((5, 13))
                 weight, bias = _randn(gen, d_out, d_in, scale=0.3), _randn(gen, d_out)
                 x = _randn(gen, b, s, d_in)
                 if layer == "row" and flag:
@@ -250,13 +254,20 @@ def _jobs(seed: int) -> dict[str, list[dict]]:
                     xs = [x] * t
                 w = _randn(gen, b, s, d_out)
                 if layer == "column" and not flag:
-                    from scaletrain.tp.shard import shard
+                    from scaletrain.tp.layers import shard
                     ws = [shard(w, dim=2, rank=r, world_size=t, parts=parts) for r in range(t)]
                 else:
                     ws = [w] * t
                 need.setdefault(C_COL if layer == "column" else C_ROW, []).append(
                     {"name": f"{layer} flag={flag} t={t}", "kind": "layer", "layer": layer, "flag": flag, "t": t,
                      "parts": parts, "weight": weight, "bias": bias, "x": xs, "w": ws, "x_full": x, "w_full": w})
+        for heads in (t, t * rng.choice((2, 3))):                  # head counts t divides, irregular head sizes
+            h = heads * rng.choice((3, 5))
+            need.setdefault(C_QKV, []).append(
+                {"name": f"attention a={heads} t={t}", "kind": "attention", "t": t, "n_head": heads,
+                 "qkv_w": _randn(gen, 3 * h, h, scale=0.3), "qkv_b": _randn(gen, 3 * h),
+                 "proj_w": _randn(gen, h, h, scale=0.3), "proj_b": _randn(gen, h),
+                 "x": _randn(gen, b, s, h), "w": _randn(gen, b, s, h)})
         h = 6 * rng.randint(1, 2)
         need.setdefault(C_MLP, []).append(
             {"name": f"mlp t={t}", "kind": "mlp", "t": t, "w1": _randn(gen, 4 * h, h, scale=0.3),
@@ -333,6 +344,16 @@ def _reference(job: dict) -> dict:
         y = lin(x)
         (y * w).sum().backward()
         return {"y": y.detach(), "x_grad": x.grad, "weight_grad": lin.weight.grad, "bias_grad": lin.bias.grad}
+    if kind == "attention":
+        from scaletrain.models import CausalSelfAttention, GPTConfig
+        h = job["x"].shape[-1]
+        attn = CausalSelfAttention(GPTConfig(n_embd=h, n_head=job["n_head"]))
+        attn.qkv, attn.proj = _linear(job["qkv_w"], job["qkv_b"]), _linear(job["proj_w"], job["proj_b"])
+        x = job["x"].clone().requires_grad_(True)
+        y = attn(x)
+        (y * job["w"]).sum().backward()
+        return {"y": y.detach(), "x_grad": x.grad, "qkv_w_grad": attn.qkv.weight.grad,
+                "qkv_b_grad": attn.qkv.bias.grad, "proj_w_grad": attn.proj.weight.grad}
     if kind == "mlp":
         l1, l2 = _linear(job["w1"], job["b1"]), _linear(job["w2"], job["b2"])
         x = job["x"].clone().requires_grad_(True)
@@ -414,13 +435,13 @@ def _layer_at(job, r) -> str:
 
 def _judge_weights(job, out, r):
     """The slices of the unsharded weight and bias the layer took (judged before anything it computed)."""
-    from scaletrain.tp.shard import shard
+    from scaletrain.tp.layers import shard
 
     t, parts, at = job["t"], job["parts"], _layer_at(job, r)
     if job["layer"] == "column":
         where = dict(dim=0, rank=r, world_size=t, parts=parts)
         weight, bias = shard(job["weight"], **where), shard(job["bias"], **where)
-        hint = "rows [r·out/t, (r+1)·out/t) of torch's (out, in) weight" + (", per Q/K/V block" if parts > 1 else "")
+        hint = "rows [r·out/t, (r+1)·out/t) of torch's (out, in) weight"
     else:
         weight, bias = shard(job["weight"], dim=1, rank=r, world_size=t), job["bias"]
         hint = "columns [r·in/t, (r+1)·in/t) of torch's (out, in) weight, the whole bias"
@@ -433,7 +454,7 @@ def _judge_weights(job, out, r):
 
 def _judge_layer(job, out, ref, r, check):
     from scaletrain.tp.cost import allreduce_bytes, gather_bytes
-    from scaletrain.tp.shard import shard
+    from scaletrain.tp.layers import shard
 
     t, parts, flag, column = job["t"], job["parts"], job["flag"], job["layer"] == "column"
     at, where = _layer_at(job, r), dict(dim=0, rank=r, world_size=t, parts=parts)
@@ -461,6 +482,54 @@ def _judge_layer(job, out, ref, r, check):
                "g: one allreduce of the partial sums")
         _bytes(out["sent_backward"], 0 if flag else gather_bytes(b_s * d_in, t), f"{at}, backward",
                "nothing, or one all-gather of the input's gradient when the layer sliced X itself")
+
+
+def _held_rows(job, local, r) -> list[int]:
+    """The rows of the unsharded QKV weight that rank r's (3h/t, h) slice holds, checked to be whole
+    heads, the same heads in Q, K and V, in block order (the property every correct split has)."""
+    import torch
+    full, t, heads = job["qkv_w"], job["t"], job["n_head"]
+    h, at = full.shape[1], f"attention (a={heads} heads, t={t}), rank {r}"
+    d, mine = h // heads, heads // t
+    if not isinstance(local, torch.Tensor) or tuple(local.shape) != (3 * h // t, h):
+        raise AssertionError(f"{at}: holds a QKV weight of shape {tuple(getattr(local, 'shape', ()))}, expected "
+                             f"{(3 * h // t, h)}: a/t = {mine} heads of {d} rows in each of Q, K and V")
+    rows = []
+    for i, row in enumerate(local):
+        hit = (full == row).all(dim=1).nonzero().flatten().tolist()
+        if not hit:
+            raise AssertionError(f"{at}: row {i} of its QKV weight is no row of the unsharded weight")
+        rows.append(hit[0])
+    blocks = [rows[k * h // t:(k + 1) * h // t] for k in range(3)]
+    for k, name in enumerate("QKV"):
+        if any(not k * h <= i < (k + 1) * h for i in blocks[k]):
+            raise AssertionError(f"{at}: block {k} of its QKV weight (its {name}) holds rows outside the unsharded "
+                                 f"{name} rows [{k * h}, {(k + 1) * h}); the output must be its share of Q, K, V in order")
+    heads_of = [sorted({(i - k * h) // d for i in blocks[k]}) for k in range(3)]
+    for k, name in enumerate("QKV"):
+        want = [(i - k * h) for i in blocks[k]]
+        whole = [x * d + j for x in heads_of[k] for j in range(d)]
+        if len(heads_of[k]) != mine or want != whole:
+            raise AssertionError(f"{at}: its {name} rows {want[:8]}{'...' if len(want) > 8 else ''} are not {mine} "
+                                 f"whole heads of {d} rows each (heads {heads_of[k]}): a head split over ranks "
+                                 "needs the others' rows to compute its attention")
+    if not heads_of[0] == heads_of[1] == heads_of[2]:
+        raise AssertionError(f"{at}: holds Q of heads {heads_of[0]}, K of {heads_of[1]}, V of {heads_of[2]}: "
+                             "a head's attention needs its own Q, K and V")
+    return rows
+
+
+def _judge_attention(job, out, ref, r, check):
+    t, at = job["t"], f"attention (a={job['n_head']} heads, t={job['t']}), rank {r}"
+    rows = _held_rows(job, out["qkv_w"], r)
+    _close(out["y"], ref["y"], f"{at}: output (the row-parallel projection takes its heads' columns in rank order)")
+    if out.get("skipped"):
+        raise AssertionError(f"{at}: {out['skipped']}")
+    _close(out["x_grad"], ref["x_grad"], f"{at}: input gradient")
+    _close(out["qkv_w_grad"], ref["qkv_w_grad"][rows], f"{at}: gradient of its QKV rows")
+    _close(out["qkv_b_grad"], ref["qkv_b_grad"][rows], f"{at}: gradient of its QKV bias")
+    k = ref["proj_w_grad"].shape[1] // t
+    _close(out["proj_w_grad"], ref["proj_w_grad"].narrow(1, r * k, k), f"{at}: gradient of its projection columns")
 
 
 def _judge_mlp(job, out, ref, r, check):
@@ -548,7 +617,7 @@ def _judge_gpt(job, out, ref, r, check):
                                  f"{want} B ({split})")
 
 
-JUDGES = {"operator": _judge_operator, "layer": _judge_layer, "mlp": _judge_mlp, "loss": _judge_loss,
+JUDGES = {"operator": _judge_operator, "layer": _judge_layer, "attention": _judge_attention, "mlp": _judge_mlp, "loss": _judge_loss,
           "gather_linear": _judge_gather_linear, "gpt": _judge_gpt}
 
 
@@ -599,6 +668,8 @@ def group_ranks(ctx):
                     partial = per_rank[r].get(job["name"], {}).get("partial")
                     if job["kind"] == "layer" and isinstance(partial, dict):
                         _judge_weights(job, partial, r)
+                    elif job["kind"] == "attention" and isinstance(partial, dict):
+                        _held_rows(job, partial.get("qkv_w"), r)
                 problem = _rank_failure([job], per_rank)
                 if problem is not None:
                     raise problem

@@ -80,6 +80,20 @@ def _check_layer(layer, ref, x_ref, x_mine, keep_out, keep_in, what):
     assert_close(x_mine.grad, keep_in(x_ref.grad), what=f"{what}: input gradient")
 
 
+def _attention(layers, n_head, head_size):
+    """The given ParallelSelfAttention on your QKV (a column layer with parts=3) and projection (a row
+    layer) equals the unsharded attention: true only when each rank holds Q, K and V of whole heads."""
+    from scaletrain.models import CausalSelfAttention, GPTConfig
+    from scaletrain.tp.attention import ParallelSelfAttention
+    torch.manual_seed(2)
+    ref = CausalSelfAttention(GPTConfig(n_embd=n_head * head_size, n_head=n_head))
+    mine = ParallelSelfAttention(layers.ColumnParallelLinear.from_linear(ref.qkv, parts=3),
+                                 layers.RowParallelLinear.from_linear(ref.proj), n_head)
+    x = _randn(3, 5, n_head * head_size, seed=3)
+    _check_layer(mine, ref, x, x, lambda y: y, lambda g: g,
+                 f"attention ({n_head} heads of {head_size}, t = {P}; QKV from_linear(parts=3))")
+
+
 def _task6_2(rank):
     layers = student_module("tp_layers")
     x = _randn(3, 5, 7, seed=0)
@@ -91,10 +105,7 @@ def _task6_2(rank):
         keep = (lambda y: y) if gather else (lambda y: y.narrow(-1, 6 * rank, 6))
         _check_layer(col, ref, x, x, keep, lambda g: g, f"column gather_output={gather}")
         assert_close(col.weight.grad, ref.weight.grad[6 * rank:6 * rank + 6], what="column: weight gradient")
-    qkv = _linear(7, 18, seed=2)  # three blocks of 6 rows: rank r takes rows 3r..3r+2 of each
-    col = layers.ColumnParallelLinear.from_linear(qkv, parts=3)
-    rows = torch.cat([torch.arange(6 * p + 3 * rank, 6 * p + 3 * rank + 3) for p in range(3)])
-    assert_close(col.weight.detach(), qkv.weight.detach()[rows], what="QKV (parts=3): this rank's heads in Q, K and V")
+    _attention(layers, n_head=6, head_size=2)  # 3 heads per rank
     xw = _randn(3, 5, 12, seed=3)
     for parallel in (True, False):
         ref = _linear(12, 5, seed=4)

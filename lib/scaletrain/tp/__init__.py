@@ -9,7 +9,7 @@
     parallelize(gpt, tp_group, sequence_parallel=False)   the tiny GPT, converted in place (gpt.py)
     TensorParallelDropout, keep_mask            dropout whose masks do not depend on the split (dropout.py)
     allreduce, all_gather, reduce_scatter       the wire: backend="ring" (ours, counted) or "torch" (collectives.py)
-    shard / shard_like                          which slice of an unsharded weight a rank holds (shard.py)
+    shard / shard_like                          which slice of an unsharded weight a rank holds (layers.py)
 
 Beside them: cost.py (the bytes a layer and a step send: the seminar's equation 5), activations.py
 (what a block saves, Korthikanti's formula on CPU, and its measurement), verify.py (each piece
@@ -32,14 +32,13 @@ from scaletrain.tp.dropout import TensorParallelDropout, keep_mask
 from scaletrain.tp.embedding import VocabParallelEmbedding, vocab_range
 from scaletrain.tp.gpt import (TensorParallelGPT, allreduce_sequence_parallel_grads, parallelize,
                                sequence_parallel_params)
-from scaletrain.tp.layers import ColumnParallelLinear, RowParallelLinear
+from scaletrain.tp.layers import ColumnParallelLinear, RowParallelLinear, mark_sharded, shard, shard_like
 from scaletrain.tp.operators import (CopyToTensorParallel, GatherFromTensorParallel, ReduceFromTensorParallel,
                                      ScatterToTensorParallel, copy_to_tp, gather_from_tp, reduce_from_tp,
                                      scatter_to_tp)
 from scaletrain.tp.sequence import (SEQ_DIM, GatherFromSequenceParallel, ReduceScatterToSequenceParallel,
                                     SequenceGatherLinear, gather_from_sp, reduce_scatter_to_sp,
                                     sequence_gather_linear)
-from scaletrain.tp.shard import mark_sharded, shard, shard_like
 
 __all__ = ["copy_to_tp", "reduce_from_tp", "gather_from_tp", "scatter_to_tp", "CopyToTensorParallel",
            "ReduceFromTensorParallel", "GatherFromTensorParallel", "ScatterToTensorParallel",

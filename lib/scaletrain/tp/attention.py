@@ -4,7 +4,7 @@ Shoeybi et al. 2019, "Megatron-LM", §3 and Figure 3b; seminar §1.2.4 ("partiti
 matrices in column-parallel fashion"). Heads are independent until the output projection, so
 rank r takes a/t of them:
   * the fused QKV projection (h -> 3h) is column-parallel with `parts=3`: rank r holds the rows of
-    its heads in each of W_q, W_k, W_v (shard.py), and computes Q, K, V for its heads only;
+    its heads in each of W_q, W_k, W_v (`shard`, layers.py), and computes Q, K, V for its heads only;
   * attention runs on those a/t heads, on the whole sequence, with no communication;
   * the output projection (h -> h) is row-parallel: its input is this rank's a/t heads' outputs,
     i.e. columns [r·h/t, (r+1)·h/t) of the concatenated heads, which is exactly its input slice.

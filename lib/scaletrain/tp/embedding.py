@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from scaletrain.tp.collectives import DEFAULT_BACKEND, check_backend, divide, tp_rank, tp_world_size
 from scaletrain.tp.operators import reduce_from_tp
 from scaletrain.tp.sequence import reduce_scatter_to_sp
-from scaletrain.tp.shard import mark_sharded, shard
+from scaletrain.tp.layers import mark_sharded, shard
 
 __all__ = ["VocabParallelEmbedding", "vocab_range"]
 

@@ -48,8 +48,7 @@ from scaletrain.tp.collectives import DEFAULT_BACKEND, allreduce, check_backend,
 from scaletrain.tp.cross_entropy import vocab_parallel_cross_entropy
 from scaletrain.tp.dropout import TensorParallelDropout
 from scaletrain.tp.embedding import VocabParallelEmbedding
-from scaletrain.tp.layers import ColumnParallelLinear, RowParallelLinear
-from scaletrain.tp.shard import shard
+from scaletrain.tp.layers import ColumnParallelLinear, RowParallelLinear, shard
 
 __all__ = ["TensorParallelGPT", "parallelize", "allreduce_sequence_parallel_grads", "sequence_parallel_params",
            "GPT_SPLITS", "gpt_shard"]

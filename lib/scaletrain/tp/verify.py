@@ -27,9 +27,8 @@ from scaletrain.tp.collectives import DEFAULT_BACKEND, split, tp_rank, tp_world_
 from scaletrain.tp.cross_entropy import vocab_parallel_cross_entropy
 from scaletrain.tp.embedding import VocabParallelEmbedding
 from scaletrain.tp.gpt import allreduce_sequence_parallel_grads, gpt_shard, parallelize
-from scaletrain.tp.layers import ColumnParallelLinear, RowParallelLinear
+from scaletrain.tp.layers import ColumnParallelLinear, RowParallelLinear, shard_like
 from scaletrain.tp.sequence import SEQ_DIM, gather_from_sp, reduce_scatter_to_sp
-from scaletrain.tp.shard import shard_like
 
 __all__ = ["check_column", "check_row", "check_mlp", "check_embedding", "check_cross_entropy", "check_attention",
            "check_sequence_pair", "check_gpt", "check_logits_never_whole", "largest_tensor", "randn"]
