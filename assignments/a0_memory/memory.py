@@ -4,16 +4,18 @@
 Pure arithmetic on integers (no torch), so it answers "does a 7.5B model fit?" instantly. The
 matching *measurement* of a real step lives in `scaletrain.memory_measure`.
 
-Sources (cited by title; formulas re-derived in the docstrings):
+Sources (each task's docstring names the section and equation to read; the formulas are
+derived there, not here):
   * "Techniques for large-scale training" (course seed), section on memory estimation: the
     accounting Total = model + optimizer + gradients + activations, and the GPT-1 example.
   * Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
-    §4: activations per layer s·b·h·(34 + 5·a·s/h) bytes; with tensor parallelism t,
-    s·b·h·(10 + 24/t + 5·a·s/(h·t)); full recomputation keeps 2·s·b·h per layer;
-    §4.2.2 and Table 2: with sequence parallelism as well, s·b·h·(34/t + 5·a·s/(h·t)).
+    §4.1 (eq. 1: one layer's activations), §4.2.1 (eq. 2: with tensor parallelism), §4.2.2 and
+    Table 2 (with sequence parallelism as well), §5 (full recomputation).
   * Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion Parameter
-    Models", §5: per-rank bytes (2 + 2 + K)·Ψ and its three sharded stages.
-  * Kaplan et al. 2020 / PaLM appendix B: training FLOPs ≈ 6·N·D, model FLOPs utilization.
+    Models", §3.1 (model states: weights, gradients and the optimizer's K bytes per parameter),
+    §5 and Figure 1 (what each ZeRO-DP stage leaves on a rank).
+  * Kaplan et al. 2020, §2.1, and Hoffmann et al. 2022 (Chinchilla), §3: training compute
+    C ≈ 6ND; PaLM (Chowdhery et al. 2022), appendix B: model FLOPs utilization.
 
 Notation: Ψ parameters, N ranks, s sequence length, b micro-batch size, h hidden size,
 L layers, a attention heads, t tensor-parallel degree, V vocabulary. Bytes are exact ints;
@@ -95,14 +97,12 @@ def gpt_num_params(*, vocab_size: int, block_size: int, n_layer: int, hidden: in
                    tied_embeddings: bool = True) -> int:
     """Number of parameters of `scaletrain.models.GPT` (Task 0.1).
 
-    Count every tensor of the model (biases and LayerNorm weights included):
-      * token embedding V·h and learned position embedding block_size·h;
-      * per layer: two LayerNorms (weight and bias each), the fused QKV projection h → 3h,
-        the output projection h → h, the MLP h → 4h → h, every Linear with a bias;
-      * the final LayerNorm 2h;
-      * the output head h·V (no bias) only when `tied_embeddings=False`; tied, it *is* the
-        token embedding, so it is counted once (GPT-2's weight tying).
-    Example: the seed's GPT-1 (V=40512, block_size=512, L=12, h=768, untied) has
+    Contract: the exact int `sum(p.numel() for p in GPT(cfg).parameters())` for the model that
+    `scaletrain/models.py` builds (read it: every tensor counts, biases and LayerNorms
+    included), without building it. `tied_embeddings=True` is GPT-2's weight tying: the output
+    head *is* the token embedding and counts once; untied, the head is a parameter of its own.
+    Graded: hidden random shapes, and the numel of real GPTs built from `GPTConfig`s.
+    Worked example: the seed's GPT-1 (V=40512, block_size=512, L=12, h=768, untied) has
     147,675,648 parameters, which the seed rounds to "147m".
     """
     fn = "gpt_num_params"
@@ -116,12 +116,13 @@ def gpt_num_params(*, vocab_size: int, block_size: int, n_layer: int, hidden: in
 def bytes_per_param(*, precision: str = "fp32", optimizer: str = "adam") -> tuple[int, int, int]:
     """(parameter, gradient, optimizer-state) bytes per parameter (Task 0.2).
 
-    fp32: weights and gradients 4 B each. Optimizer state K: Adam/AdamW keep the first and
-    second moments m, v (4 + 4 = 8 B); SGD with momentum one buffer (4 B); plain SGD nothing.
-    mixed: weights and gradients in 16 bit (2 B each); the optimizer also keeps an fp32
-    master copy of the weights (+4 B), so K = 12 for Adam (the ZeRO paper's K), 8 for SGD
-    with momentum, 4 for SGD. Hence 16 B/param for both fp32 Adam (4+4+8) and mixed Adam
-    (2+2+12): mixed precision saves activation memory and time, not model-state memory.
+    Contract: three ints for every precision in PRECISIONS and optimizer in OPTIMIZERS, the
+    ZeRO paper's accounting (§3.1): under "mixed" the first two are the 16-bit copies the
+    forward and backward use, and everything the optimizer alone needs (its states, and the
+    fp32 master weights of mixed precision) is the third, the paper's K. The states are those
+    `torch.optim` keeps for each optimizer (read its Adam and SGD docs). Check: the paper's
+    mixed-precision Adam is 16 B/param in all. Graded: every (precision, optimizer) pair, and
+    the fp32 bytes against the states measured after a real step.
     """
     fn = "bytes_per_param"
     _choice(fn, "precision", precision, PRECISIONS)
@@ -133,23 +134,20 @@ def activation_bytes(*, seq_len: int, batch_size: int, hidden: int, n_layer: int
                      tp: int = 1, checkpointing: bool = False, bytes_per_element: int = 2) -> int:
     """Activation bytes kept for the backward pass of L transformer layers (Task 0.3).
 
-    Korthikanti et al. 2022, §4.1, counts what one layer saves, with e = 2 bytes per element
-    and 1-byte dropout masks (per layer, in units of s·b·h unless marked):
-      attention: QKV input e, Q and K 2e, V e, softmax output e·(a·s/h), its dropout mask
-                 1·(a·s/h), the dropout output e·(a·s/h), output-projection input e,
-                 dropout mask 1;
-      MLP:       first linear input e, GeLU input 4e, second linear input 4e, dropout mask 1;
-      two LayerNorm inputs 2e.
-    With e = 2 this sums to s·b·h·(34 + 5·a·s/h). With tensor parallelism t (Megatron's split,
-    no sequence parallelism) the two LayerNorm inputs, the QKV input, the first MLP input and
-    the two s·b·h dropout masks stay whole on every rank; everything else is split t ways. For
-    e = 2 this gives the seed's s·b·h·(10 + 24/t + 5·a·s/(h·t)) per layer; yours must hold for
-    e = 4 (fp32 activations; masks stay 1 byte) too. Multiply by L.
+    Contract: Korthikanti et al. 2022's accounting of what each operation of a layer saves for
+    its backward (§4.1, eq. 1 at 2-byte activations; §4.2.1, eq. 2, with tensor parallelism t
+    and no sequence parallelism), generalized to `bytes_per_element` e: every saved activation
+    takes e bytes per element, every dropout mask 1 byte whatever e is. Derive the per-layer
+    sum from the paper's list of saved tensors, not from its final expression (which is for
+    e = 2 only), and decide from Megatron's column/row split which of them tensor parallelism
+    divides by t and which stay whole on every rank.
 
-    checkpointing=True (full activation recomputation, Korthikanti §4.1 and "Training Deep
-    Nets with Sublinear Memory Cost"): only each layer's input, e·s·b·h, is kept (2·s·b·h·L
-    at e = 2); in the backward one layer at a time is recomputed, so add one layer's full
-    activations: e·s·b·h·L + per layer. Returns an exact int (h and a are divisible by t).
+    checkpointing=True is full activation recomputation (§5; Chen et al. 2016): each layer
+    keeps only its input, and the backward recomputes one layer at a time, so the peak is the
+    kept inputs of all L layers plus one layer's full activations.
+    Returns an exact int (h and a are divisible by t). Check: the seed's GPT-1 at batch 1 keeps
+    349,175,808 B. Graded: hidden shapes (odd head counts, h not a power of two) with t = 1 and
+    t > 1, e = 2 and 4, with and without checkpointing, as separate checks.
     """
     fn = "activation_bytes"
     for name, v in (("seq_len", seq_len), ("batch_size", batch_size), ("hidden", hidden),
@@ -167,13 +165,12 @@ def sequence_parallel_activation_bytes(*, seq_len: int, batch_size: int, hidden:
     """Activation bytes of L layers under tensor *and* sequence parallelism, 16-bit activations.
 
     Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
-    §4.2.2 and Table 2: s·b·h·L·(34/t + 5·a·s/(h·t)). Tensor parallelism alone leaves the
-    10·s·b·h of `activation_bytes` whole on every rank (the LayerNorm inputs, the inputs of the
-    QKV and first MLP projections, the dropout masks); sequence parallelism runs LayerNorm and
+    §4.2.2 and Table 2: s·b·h·L·(34/t + 5·a·s/(h·t)). Sequence parallelism runs LayerNorm and
     dropout on s/t positions per rank and saves only the sequence shard of the column-parallel
-    layers' inputs (re-gathered in the backward), so every term is divided by t
-    (`scaletrain.tp.sequence`). The formula is the paper's, for e = 2 bytes per element and
-    1-byte dropout masks. Returns an exact int (h and a are divisible by t).
+    layers' inputs (re-gathered in the backward), so the activations that tensor parallelism
+    alone leaves whole on every rank are divided by t as well (`scaletrain.tp.sequence`). The
+    formula is the paper's, for e = 2 bytes per element and 1-byte dropout masks. Returns an
+    exact int (h and a are divisible by t).
     """
     fn = "sequence_parallel_activation_bytes"
     for name, v in (("seq_len", seq_len), ("batch_size", batch_size), ("hidden", hidden),
@@ -188,14 +185,14 @@ def zero_memory_per_rank(num_params: int, world_size: int, stage: int, *,
                          precision: str = "fp32", optimizer: str = "adam") -> MemoryBreakdown:
     """Model-state bytes held by one of N data-parallel ranks under ZeRO stage 0-3 (Task 0.4).
 
-    ZeRO paper §5 (Figure 1), with p, g, K = `bytes_per_param(...)`:
-      stage 0 (plain data parallel): p·Ψ + g·Ψ + K·Ψ      (mixed Adam: (2+2+12)Ψ = 16Ψ)
-      stage 1 (optimizer state sharded):  p·Ψ + g·Ψ + K·Ψ/N
-      stage 2 (+ gradients sharded):      p·Ψ + g·Ψ/N + K·Ψ/N
-      stage 3 (+ parameters sharded):     (p + g + K)·Ψ/N
-    A shard holds ceil(Ψ/N) elements (the flat buffer is padded to a multiple of N, as real
-    implementations do), so "Ψ/N" above means ceil(Ψ/N) and the result is exact.
+    Contract: a MemoryBreakdown whose params, grads and optimizer fields are the bytes one rank
+    holds, with the per-parameter bytes of `bytes_per_param(...)` (call it: task 0.4 is graded
+    with your task 0.2). Stage 0 is plain data parallelism; stages 1, 2 and 3 partition the
+    optimizer state, then the gradients too, then the parameters too (ZeRO paper §5 and
+    Figure 1). A partition is padded, as real implementations pad the flat buffer to a
+    multiple of N: every rank holds ceil(Ψ/N) elements of it, so the result is exact for any Ψ.
     Paper check: Ψ = 7.5e9, N = 64, mixed Adam → 120 GB, 31.4 GB, 16.6 GB, 1.9 GB.
+    Graded: hidden (Ψ, N, stage, precision, optimizer) with N dividing Ψ and not, separately.
     """
     fn = "zero_memory_per_rank"
     _int(fn, "num_params", num_params)
@@ -207,10 +204,12 @@ def zero_memory_per_rank(num_params: int, world_size: int, stage: int, *,
 
 
 def training_flops(*, num_params: int, num_tokens: int, recompute: bool = False) -> int:
-    """Training FLOPs ≈ 6·N·D (Task 0.5): forward 2·N per token, backward 4·N per token.
+    """Training FLOPs of N parameters on D tokens (Task 0.5), an exact int.
 
-    Full activation recomputation runs the forward twice: 8·N·D. (Attention's s²-terms,
-    12·L·h·s per token in PaLM's appendix B, are left out, as in the 6·N·D rule.)
+    Contract: Kaplan et al. 2020's C ≈ 6ND (§2.1; Hoffmann et al. 2022 use the same): derive
+    its 6 from the FLOPs of a forward and a backward per parameter per token. recompute=True
+    adds what full activation recomputation runs again. Attention's s²-terms (PaLM appendix B)
+    are left out, as in the rule.
     """
     _int("training_flops", "num_params", num_params)
     _int("training_flops", "num_tokens", num_tokens)
@@ -218,11 +217,11 @@ def training_flops(*, num_params: int, num_tokens: int, recompute: bool = False)
 
 
 def mfu(*, num_params: int, tokens_per_second: float, peak_flops_per_second: float) -> float:
-    """Model FLOPs utilization (PaLM, appendix B): 6·N·(tokens/s) / peak FLOP/s (Task 0.5).
+    """Model FLOPs utilization, a fraction in (0, ∞) (Task 0.5; PaLM, appendix B).
 
-    Always 6·N, recomputation or not: MFU credits only the FLOPs the model needs, so it is
-    comparable across implementations (counting the recompute gives the hardware FLOPs
-    utilization, HFU, instead).
+    Contract: the FLOP rate the model needs at this throughput over the hardware's peak. MFU
+    credits only the model's FLOPs, recomputation or not, so it compares implementations
+    (counting the recompute gives the hardware FLOPs utilization, HFU, instead).
     """
     _int("mfu", "num_params", num_params)
     for name, v in (("tokens_per_second", tokens_per_second),
@@ -236,25 +235,18 @@ def tiny_gpt_activation_bytes(*, batch_size: int, seq_len: int, hidden: int, n_l
                               n_head: int, vocab_size: int, checkpointing: bool = False) -> int:
     """Saved-for-backward bytes of one fp32 training step of `scaletrain.models.GPT` on CPU (Task 0.6).
 
-    This predicts what `scaletrain.memory_measure.measure_training_step` counts (exactly, on
-    torch 2.13 CPU; the tests allow 1%). It is the formula of `activation_bytes` with e = 4,
-    adapted to this model: dropout is 0 (no masks saved), and fused scaled-dot-product
-    attention saves no a·s² matrix. What autograd saves, float32 (4 B) unless marked int64 (8 B);
-    tensors that share one storage count once:
-      per layer:  each LayerNorm: its input (b, s, h), its mean and 1/std (b, s, 1) each;
-                  each Linear: its input (the weight is a parameter, not an activation);
-                  attention: Q, K, V (views of the one QKV output (b, s, 3h)), its output
-                  (b, a, s, h/a), which is also the output projection's input, and a
-                  logsumexp (b, a, s);  GeLU: its input (b, s, 4h).
-      embedding:  token ids (b, s) and position ids (s,), int64, kept to the end of backward.
-      head:       final LayerNorm (as above), output-head input (b, s, h), and the loss:
-                  log-softmax output (b·s, V), targets (b·s,) int64, a float32 scalar.
-    You can list them yourself: `torch.autograd.graph.saved_tensors_hooks` (see
-    scaletrain/memory_measure.py) calls a function on every saved tensor.
-    With checkpointing, each layer keeps only its input (b, s, h); the peak is the larger of
-    the end of the forward (all inputs + embedding + head) and the recomputation of the last
-    layer in the backward (all inputs + embedding + one layer; the head is freed by then, and
-    that layer's LN1 input is its checkpointed input, not counted twice).
+    Contract: predict, for any shape, the peak that
+    `scaletrain.memory_measure.measure_training_step(GPT(cfg), batch_size, seq_len,
+    checkpointing=...)` reports as `activations_peak`: the bytes of the tensors autograd holds
+    for the backward (tensors that share one storage count once; integer tensors count too).
+    Which tensors those are is yours to find from the model's code (`scaletrain/models.py`, the
+    ops it calls) rather than from a formula: `activation_bytes` describes a different model
+    (dropout masks, an a·s² attention matrix) and differs from this one. List them with
+    `torch.autograd.graph.saved_tensors_hooks`, as memory_measure.py does, at two shapes, and
+    explain every tensor before you write the count. With checkpointing, reason about *when*
+    the peak happens (end of the forward, or a layer recomputed in the backward).
+    Graded: against the bytes measured in real steps of hidden small GPTs (1%), and against the
+    reference's prediction on hidden large shapes, with and without checkpointing separately.
     """
     fn = "tiny_gpt_activation_bytes"
     for name, v in (("batch_size", batch_size), ("seq_len", seq_len), ("hidden", hidden),
@@ -263,10 +255,6 @@ def tiny_gpt_activation_bytes(*, batch_size: int, seq_len: int, hidden: int, n_l
     _shape(fn, hidden=hidden, n_head=n_head)
     s, b, h, a, V, f, i = seq_len, batch_size, hidden, n_head, vocab_size, 4, 8
     raise NotImplementedError('a0 task 0.6: implement `tiny_gpt_activation_bytes` (see assignments/a0_memory/README.md)')
-    if not checkpointing:
-        return n_layer * layer + embedding + head
-    inputs = n_layer * f * s * b * h
-    return max(inputs + embedding + head, inputs + embedding + layer - f * s * b * h)
 
 
 def model_states_bytes(num_params: int, *, precision: str = "fp32", optimizer: str = "adam") -> MemoryBreakdown:

@@ -5,7 +5,11 @@ configurations (seeded trials, relative error ≤ 1e-9: the answers are exact in
 seed's and the ZeRO paper's worked numbers, and with bytes measured in a real CPU step
 (`scaletrain.memory_measure`). A worked number or a measurement at a fixed configuration can be
 answered from a table: each of those checks is granted only when the function's checks on hidden
-configurations passed in the same run (`Check.needs`, `grade.with_values`).
+configurations passed in the same run (`Check.needs`, `grade.with_values`). Task 0.6's design (which
+tensors autograd keeps) is the student's: it is graded against bytes measured in real steps of
+seeded hidden GPTs, which no table answers. Checks are split by property (fp32 / mixed; t = 1 /
+t > 1 / checkpointed; N dividing Ψ or not; with and without recomputation) so that a slip in one
+case costs that case's share.
 
 Every group is *trusted* (`Group.trusted`): the suite runs in a process that never imports the
 submission; `ctx.remote("memory")` calls the student's functions in the sandboxed worker and
@@ -17,8 +21,9 @@ table is checked with the paper's own 16 B/param handed to the student's functio
 
 from autograder.manifest import Check, Group, Manifest, Task
 
-from .names import (C_ACT, C_ACT_CKPT, C_BPP, C_FLOPS, C_GPT1, C_MFU, C_NUMEL, C_PARAMS, C_STATE, C_TINY,
-                    C_TINY_MEASURED, C_ZERO, C_ZERO_PAPER, F, SRC)
+from .names import (C_ACT, C_ACT_CKPT, C_ACT_TP, C_BPP_FP32, C_BPP_MIXED, C_FLOPS, C_FLOPS_RECOMPUTE, C_GPT1,
+                    C_MFU, C_NUMEL, C_PARAMS, C_STATE, C_TINY, C_TINY_CKPT, C_TINY_MEASURED, C_TINY_MEASURED_CKPT,
+                    C_ZERO, C_ZERO_EVEN, C_ZERO_PAPER, F, SRC)
 from .planted import PLANTED
 
 _JUDGE = "autograder.suites.a0_memory.judge:"
@@ -41,22 +46,28 @@ MANIFEST = Manifest(
     groups=(
         Group("formulas", _JUDGE + "group_formulas", timeout_s=60, trusted=True, checks=(
             Check("0.1", C_PARAMS, 10),
-            Check("0.2", C_BPP, 10),
+            Check("0.2", C_BPP_FP32, 5),
+            Check("0.2", C_BPP_MIXED, 5),
             Check("0.3", C_GPT1, 5, needs=(C_ACT, C_ACT_CKPT)),
-            Check("0.3", C_ACT, 10),
+            Check("0.3", C_ACT, 5),
+            Check("0.3", C_ACT_TP, 5),
             Check("0.3", C_ACT_CKPT, 5),
-            Check("0.4", C_ZERO_PAPER, 5, needs=(C_ZERO,)),
-            Check("0.4", C_ZERO, 15),
+            Check("0.4", C_ZERO_PAPER, 5, needs=(C_ZERO_EVEN,)),
+            Check("0.4", C_ZERO_EVEN, 10),
+            Check("0.4", C_ZERO, 5),
         )),
         Group("flops", _JUDGE + "group_flops", timeout_s=15, trusted=True, checks=(
-            Check("0.5", C_FLOPS, 5),
+            Check("0.5", C_FLOPS, 3),
+            Check("0.5", C_FLOPS_RECOMPUTE, 2),
             Check("0.5", C_MFU, 5),
         )),
         Group("measured", _JUDGE + "group_measured", timeout_s=120, trusted=True, checks=(
             Check("0.1", C_NUMEL, 5, needs=(C_PARAMS,)),
-            Check("0.2", C_STATE, 5, needs=(C_BPP,)),
-            Check("0.6", C_TINY, 10),
-            Check("0.6", C_TINY_MEASURED, 10, needs=(C_TINY,)),
+            Check("0.2", C_STATE, 5, needs=(C_BPP_FP32,)),
+            Check("0.6", C_TINY, 5),
+            Check("0.6", C_TINY_CKPT, 5),
+            Check("0.6", C_TINY_MEASURED, 5),
+            Check("0.6", C_TINY_MEASURED_CKPT, 5),
         )),
     ),
     planted=PLANTED,

@@ -5,7 +5,8 @@ from __future__ import annotations
 from autograder.attacks import function_attacks
 from autograder.manifest import REPO, Planted
 
-from .names import (C_ACT, C_ACT_CKPT, C_BPP, C_FLOPS, C_GPT1, C_MFU, C_NUMEL, C_PARAMS, C_TINY_MEASURED, C_ZERO,
+from .names import (C_ACT, C_ACT_CKPT, C_ACT_TP, C_BPP_FP32, C_BPP_MIXED, C_FLOPS, C_FLOPS_RECOMPUTE, C_GPT1,
+                    C_MFU, C_NUMEL, C_PARAMS, C_TINY, C_TINY_CKPT, C_TINY_MEASURED, C_ZERO, C_ZERO_EVEN,
                     C_ZERO_PAPER, F, SRC)
 
 _RETURN = "    return embeddings + n_layer * per_layer + 2 * h + head"
@@ -33,7 +34,8 @@ PLANTED = (
                     C_ZERO: "passed"}),
     Planted("mixed precision forgets the fp32 master copy (K = 8, not 12)", F,
             ("return 2, 2, 4 + moments", "return 2, 2, moments"), groups=("formulas",),
-            expect={C_BPP: "failed",
+            expect={C_BPP_MIXED: "failed",
+                    C_BPP_FP32: "passed",
                     C_ZERO_PAPER: "passed",
                     C_ZERO: "passed",
                     C_ACT_CKPT: "passed"}),
@@ -41,7 +43,19 @@ PLANTED = (
     Planted("ZeRO shard rounded down (floor(Ψ/N), not ceil)", F,
             ("shard = -(-num_params // world_size)", "shard = num_params // world_size"), groups=("formulas",),
             expect={C_ZERO: "failed",
-                    C_ZERO_PAPER: "failed"}),
+                    C_ZERO_EVEN: "passed",
+                    C_ZERO_PAPER: "passed"}),
+    # small mistakes cost their case's share only
+    Planted("tensor parallelism divides the activations it leaves whole on every rank", F,
+            ("per_layer = s * b * h * (4 * e + 2) + s * b", "per_layer = s * b * h * (4 * e + 2) // t + s * b"),
+            groups=("formulas",), expect={C_ACT: "passed", C_ACT_TP: "failed", C_PARAMS: "passed"}),
+    Planted("recomputation counted as half a forward (7ND)", F,
+            ("(8 if recompute else 6)", "(7 if recompute else 6)"),
+            groups=("flops",), expect={C_FLOPS: "passed", C_FLOPS_RECOMPUTE: "failed", C_MFU: "passed"}),
+    Planted("tiny GPT: the checkpointed peak taken at the end of the forward only", F,
+            ("    return max(inputs + embedding + head, inputs + embedding + layer - f * s * b * h)",
+             "    return inputs + embedding + head"),
+            groups=("measured",), expect={C_TINY: "passed", C_TINY_MEASURED: "passed", C_TINY_CKPT: "failed"}),
     # issue 28: a worked example answered from a table, no model behind it
     Planted("activation_bytes returns the seed's GPT-1 numbers (per sequence, checkpointed) for any shape", F,
             ("    s, b, h, L, a, t, e = seq_len, batch_size, hidden, n_layer, n_head, tp, bytes_per_element\n",
