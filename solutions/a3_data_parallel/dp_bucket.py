@@ -7,12 +7,13 @@ one by one pays the latency term α 2(p-1)·k times; packing them into buckets o
 pays it once per bucket. Too large a bucket delays the first launch until most of backward is
 over, and nothing is left to overlap with (DDP's default cap is 25 MB, found empirically).
 
-Order: buckets are filled in *reverse registration order* (`module.parameters()` reversed),
-because backward produces gradients roughly from the last layer to the first, so the first
-bucket fills first and its allreduce can start while earlier layers are still computing.
+Order: backward produces gradients roughly from the last layer to the first, and DataParallel
+launches bucket 0 first; a bucket whose gradients come early can go out while earlier layers are
+still computing, one that waits for a late gradient holds everything behind it.
 
-`assign_buckets` decides which parameter goes where (task 3.1 of assignment a3); `Bucket` owns
-the flat buffer, the per-step bookkeeping and the in-flight allreduce's handle.
+`assign_buckets` decides which parameter goes where and in which order the buckets go (task 3.1
+of assignment a3: a design decision, graded by the properties of `bucket_rules.py`); `Bucket`
+owns the flat buffer, the per-step bookkeeping and the in-flight allreduce's handle.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def bucket_cap_bytes(bucket_cap_mb: float | None, params: Sequence[torch.Tensor]
 
 
 def assign_buckets(params: Sequence[torch.Tensor], cap_bytes: int) -> list[list[int]]:
-    """Group parameters into buckets of at most `cap_bytes` bytes each, last parameter first.
+    """Group parameters into buckets of at most `cap_bytes` bytes: your design (task 3.1).
 
     Args:
         params: the parameters to synchronize, in registration order (already without frozen
@@ -45,14 +46,21 @@ def assign_buckets(params: Sequence[torch.Tensor], cap_bytes: int) -> list[list[
         cap_bytes: the bucket capacity in bytes (> 0). Bytes of a parameter = numel · element size.
 
     Returns:
-        A list of buckets, each a list of indices into `params`. Walk `params` from the last to
-        the first; put each parameter into the current bucket unless that would take the
-        bucket above `cap_bytes` (then close it and open a new one) or its dtype differs from
-        the bucket's (one flat buffer has one dtype). A parameter larger than `cap_bytes` gets
-        a bucket of its own; no bucket is ever empty. Concatenating the buckets gives
-        `[len(params)-1, ..., 1, 0]`.
+        A list of buckets, each a list of indices into `params`. DataParallel gives bucket b one
+        flat buffer (its slots in the order of its list) and launches bucket 0, then 1, ..., each
+        as soon as all its gradients arrived (every rank in the same order).
 
-    Example: element sizes 4 bytes, numels [10, 20, 30, 40], cap 200 bytes
+    Graded, each property its own check (`scaletrain.dp.bucket_rules` states each one as code;
+    the public tests call it): every index in exactly one bucket, none empty; a bucket's bytes
+    within the cap unless it is one parameter larger than the cap; one dtype per bucket (one flat
+    buffer); no two neighbouring buckets that would fit together (each bucket more pays the
+    latency α once more); and, with gradients arriving last registered first, each bucket a run
+    of consecutive arrivals, the runs in arrival order (so no full bucket waits behind one still
+    filling). Where the cuts fall and how a bucket's slots are laid out is yours to decide.
+    Read: Li et al. 2020 (PyTorch DDP) §3.2.3; the notebook's timeline. Pitfalls: a parameter
+    that exactly fills the room left; a dtype change mid-bucket; a parameter above the cap.
+
+    Example, one valid answer: element sizes 4 bytes, numels [10, 20, 30, 40], cap 200 bytes
         → [[3], [2, 1], [0]]  (160 B; 120 + 80 = 200 B; 40 B)
 
     Unlike torch DDP (which closes a bucket only once it *reaches* the cap, so a bucket may

@@ -5,9 +5,11 @@ submission. The student's code runs in the sandboxed worker through the probes o
 `autograder/probes/a3_data_parallel.py`, which return raw outputs; references, comparisons and
 verdicts stay here.
 
-3.1: the student's `assign_buckets` runs on hidden parameter shapes and caps sent as data; its
-index lists come back and are judged here against the properties that define the reverse greedy
-assignment and against the reference `scaletrain.dp.bucket.assign_buckets`.
+3.1 is a design decision (which parameter goes in which bucket, in which order the buckets go):
+the student's `assign_buckets` runs on hidden parameter shapes and caps sent as data; its index
+lists come back and are judged by the five properties of `scaletrain.dp.bucket_rules`, each its
+own check (partition, cap, one dtype, no two mergeable neighbours, the gradients' arrival order),
+never against one layout; the four others are granted only with the partition (`Check.needs`).
 
 3.2 and 3.3: one spawn of P ranks in the worker runs the student's DataParallel on a hidden GPT
 shape, scenario after scenario, with the bucket assignment computed here by the reference (so
@@ -32,15 +34,15 @@ the student file, statically and at run time.
 
 from autograder.manifest import Check, Group, Manifest, Task
 
-from .names import (BF, BF_SRC, C_CAP, C_DTYPE, C_HOOKED, C_NOSYNC, C_ONCE, C_ORDER, C_OVERLAP, C_SYNC, C_UNUSED,
-                    C_UNUSED_HOOKED, DF, DF_SRC)
+from .names import (BF, BF_SRC, C_CAP, C_DTYPE, C_FULL, C_HOOKED, C_NOSYNC, C_ONCE, C_ORDER, C_OVERLAP,
+                    C_PARTITION, C_SYNC, C_UNUSED, C_UNUSED_HOOKED, DF, DF_SRC)
 from .planted import PLANTED
 
 MANIFEST = Manifest(
     assignment="a3", folder="a3_data_parallel", title="Data parallelism: buckets, overlap, accumulation",
     files={BF: BF_SRC, DF: DF_SRC},
     tasks=(
-        Task("3.1", "Bucket assignment in reverse registration order", file=BF, functions=("assign_buckets",)),
+        Task("3.1", "Bucket assignment: order and cuts (a design decision)", file=BF, functions=("assign_buckets",)),
         Task("3.2", "Bucketed gradient synchronization after backward", file=DF,
              functions=("_mark_ready", "_launch_ready_buckets", "finish_gradient_synchronization")),
         Task("3.3", "Overlap: gradient hooks that launch buckets; no_sync", file=DF,
@@ -53,7 +55,9 @@ MANIFEST = Manifest(
     },
     groups=(
         Group("buckets", "autograder.suites.a3_data_parallel.judge_buckets:group_buckets", timeout_s=60, trusted=True, checks=(
-            Check("3.1", C_ORDER, 2), Check("3.1", C_CAP, 2), Check("3.1", C_DTYPE, 1),
+            Check("3.1", C_PARTITION, 1), Check("3.1", C_CAP, 1, needs=(C_PARTITION,)),
+            Check("3.1", C_DTYPE, 1, needs=(C_PARTITION,)), Check("3.1", C_FULL, 1, needs=(C_PARTITION,)),
+            Check("3.1", C_ORDER, 1, needs=(C_PARTITION,)),
         )),
         Group("ddp", "autograder.suites.a3_data_parallel.judge_ddp:group_ddp", timeout_s=150, trusted=True, checks=(
             Check("3.2", C_SYNC, 3), Check("3.2", C_ONCE, 1, needs=(C_SYNC,)), Check("3.2", C_UNUSED, 2),

@@ -39,13 +39,15 @@ CAPS = (1, 4 * 1021, 4 * 4099, 4 * 20011, 10**9)
 
 def _public_cases() -> list[tuple[list, tuple[int, ...]]]:
     """(specs, caps) of the public tests of 3.1 (assignments/a3_data_parallel/tests/): the
-    docstring's example, whose middle bucket exactly fills its cap, and the default GPT at the
-    public caps. Issue 27: a hidden suite runs every public case."""
+    docstring's example, whose middle bucket exactly fills its cap, the default GPT at the
+    public caps, and a dtype change. Issue 27: a hidden suite runs every public case."""
     import torch
 
     from scaletrain.models import GPTConfig
     docstring = [((n,), torch.float32) for n in (10, 20, 30, 40)]
-    return [(docstring, (200,)), (_gpt_specs(GPTConfig()), (1, 4 * 5000, 4 * 40000, 10**9))]
+    f32, f64 = torch.float32, torch.float64
+    dtypes = [((2,), f32), ((2,), f64), ((2,), f32)]
+    return [(docstring, (200,)), (_gpt_specs(GPTConfig()), (1, 4 * 5000, 4 * 40000, 10**9)), (dtypes, (10**6,))]
 
 
 def _exact_caps(specs) -> tuple[int, ...]:
@@ -56,18 +58,18 @@ def _exact_caps(specs) -> tuple[int, ...]:
 
 
 def _hidden_cases(rng: random.Random) -> list[tuple[list, tuple[int, ...]]]:
-    """(specs, caps): the hidden GPT's parameters, then random 1-D sizes, each at the fixed caps
-    and at caps some of its buckets exactly fill; then the public tests' cases."""
+    """(specs, caps): the hidden GPT's parameters, then random 1-D sizes (fp32, or fp32 and fp64
+    mixed), each at the fixed caps and at caps some of its buckets exactly fill; a parameter
+    larger than the cap between two small ones; then the public tests' cases."""
     import torch
     lists = [_gpt_specs()]
-    for _ in range(6):
-        lists.append([((rng.randint(1, 5000),), torch.float32) for _ in range(rng.randint(1, 30))])
-    return [(specs, CAPS + _exact_caps(specs)) for specs in lists] + _public_cases()
-
-
-def _as_tensors(specs):
-    import torch
-    return [torch.zeros(shape, dtype=dtype) for shape, dtype in specs]
+    for k in range(8):
+        dtypes = (torch.float32,) if k < 5 else (torch.float32, torch.float64)
+        lists.append([((rng.randint(1, 5000),), rng.choice(dtypes)) for _ in range(rng.randint(1, 30))])
+    oversized = [((10,), torch.float32), ((1000,), torch.float32), ((10,), torch.float32)]
+    exact = [((300,), torch.float32), ((60,), torch.float32), ((40,), torch.float32)]  # 160 + 240 B = the cap
+    return ([(specs, CAPS + _exact_caps(specs)) for specs in lists] + [(oversized, (100,)), (exact, (400,))]
+            + _public_cases())
 
 
 

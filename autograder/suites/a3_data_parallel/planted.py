@@ -6,8 +6,8 @@ from __future__ import annotations
 from autograder.attacks import IMPORTER, report_forger
 from autograder.manifest import REPO, Planted
 
-from .names import (BF, BF_SRC, C_CAP, C_DTYPE, C_HOOKED, C_NOSYNC, C_ONCE, C_ORDER, C_OVERLAP, C_SYNC, C_UNUSED,
-                    C_UNUSED_HOOKED, DDP_CHECKS, DF)
+from .names import (BF, BF_SRC, BUCKET_CHECKS, C_CAP, C_DTYPE, C_FULL, C_HOOKED, C_NOSYNC, C_ONCE, C_ORDER,
+                    C_OVERLAP, C_SYNC, C_UNUSED, C_UNUSED_HOOKED, DDP_CHECKS, DF)
 
 ALL_DDP_FAILED = {c: "failed" for c in DDP_CHECKS}
 
@@ -67,7 +67,7 @@ def _attacks() -> tuple[Planted, ...]:
     the static check cannot see; the trusted split must leave it nothing to earn."""
     attacks = {
         "forges 'passed' lines in every report it can find (and at exit)": (
-            report_forger([C_ORDER, C_CAP, C_DTYPE]) +
+            report_forger(list(BUCKET_CHECKS)) +
             "    forge(); atexit.register(forge)\n"
             "    return []\n", "failed"),
         "patches the grader's classify through sys.modules": (
@@ -93,18 +93,43 @@ def _attacks() -> tuple[Planted, ...]:
             "    return scope['assign_buckets'](params, cap_bytes)\n", "error"),
     }
     return tuple(Planted(name, BF, (_ASSIGN_BODY, body + _ASSIGN_BODY), groups=("buckets",),
-                         expect={C_ORDER: outcome, C_CAP: outcome, C_DTYPE: outcome})
+                         expect={c: outcome for c in BUCKET_CHECKS})
                  for name, (body, outcome) in attacks.items())
 
 
-PLANTED = (
-    Planted("buckets filled in registration order", BF,
+_IF_CLOSE = "        if current and (current_bytes + nbytes > cap_bytes or dtype_changes):\n"
+_ADD = "        current.append(i)\n        current_bytes += nbytes\n"
+_CLOSE = "            buckets.append(current)\n            current, current_bytes = [], 0\n"
+_BUCKETS_PASS = {c: "passed" for c in BUCKET_CHECKS}
+
+
+def _bucket_plants() -> tuple[Planted, ...]:
+    """Task 3.1 is graded by properties, one check each (scaletrain.dp.bucket_rules): another
+    correct design earns every point, and each small mistake costs the one property it breaks."""
+    plants = {
+        "another design: cut greedily from the first parameter, the buckets reversed": ((
             ("for i in reversed(range(len(params))):", "for i in range(len(params)):"),
-            groups=("buckets",), expect={C_ORDER: "failed", C_DTYPE: "passed"}),
-    # issue 27: the public docstring test caught this and the hidden suite gave it 18/18
-    Planted("a bucket closed when a parameter exactly fills the cap (>= for >)", BF,
-            ("current_bytes + nbytes > cap_bytes", "current_bytes + nbytes >= cap_bytes"), groups=("buckets",),
-            expect={C_CAP: "failed", C_ORDER: "passed", C_DTYPE: "passed"}),
+            ("        buckets.append(current)\n    return buckets\n",
+             "        buckets.append(current)\n    return [b[::-1] for b in buckets[::-1]]\n")), None),
+        "buckets in registration order (the first layer's go first)": (
+            ("for i in reversed(range(len(params))):", "for i in range(len(params)):"), C_ORDER),
+        # issue 27: the public docstring test caught this and the hidden suite gave it 18/18
+        "a bucket closed when a parameter exactly fills the cap (>= for >)": (
+            ("current_bytes + nbytes > cap_bytes", "current_bytes + nbytes >= cap_bytes"), C_FULL),
+        "one bucket per parameter": ((_IF_CLOSE, "        if current:\n"), C_FULL),
+        "a dtype change ignored": ((_IF_CLOSE, "        if current and current_bytes + nbytes > cap_bytes:\n"),
+                                   C_DTYPE),
+        "torch DDP's rule: a bucket closes once it reaches the cap (one parameter over)": (
+            (_IF_CLOSE + _CLOSE + _ADD, "        if current and dtype_changes:\n" + _CLOSE + _ADD
+             + "        if current_bytes >= cap_bytes:\n" + _CLOSE), C_CAP),
+    }
+    return tuple(Planted(name, BF, replace, groups=("buckets",),
+                         expect={**_BUCKETS_PASS, **({broken: "failed"} if broken else {})})
+                 for name, (replace, broken) in plants.items())
+
+
+PLANTED = (
+    *_bucket_plants(),
     Planted("gradients summed, not averaged", DF,
             ("            bucket.buffer.div_(self.dp_world_size)\n", ""), groups=("ddp",),
             expect={C_SYNC: "failed", C_HOOKED: "failed", C_OVERLAP: "failed", C_ONCE: "failed"}),
