@@ -37,6 +37,11 @@ class Flagged(Exception):
     """Raised when a submission is caught using what the assignment forbids."""
 
 
+class StudentCrash(Exception):
+    """The process running the student's code died or answered something that is not a message
+    (raised by `autograder.untrusted`, and by `rank_failure` for an error no outcome names)."""
+
+
 # ---------------------------------------------------------------- the student's module
 
 def submission_dir(default: str | os.PathLike | None = None) -> Path:
@@ -111,6 +116,47 @@ def inputs_unmodified(*tensors: torch.Tensor, what: str = "input") -> Iterator[N
     for i, (t, b) in enumerate(zip(tensors, before)):
         if not torch.equal(t.detach(), b):
             raise AssertionError(f"{what} {i} was modified in place; work on a copy")
+
+
+def assert_tensor_close(actual, expected: torch.Tensor, *, rtol: float, atol: float = 0.0, what: str,
+                        compare_in=None) -> None:
+    """The rank suites' tensor comparison: `actual` must be a tensor (a freed one arrives as None),
+    then `scaletrain.testing.assert_close`. `compare_in`: None, the dtypes must match; "actual",
+    `expected` is cast to a floating `actual`'s dtype (the student's precision at its own
+    tolerance); a dtype or its name, both are cast to it ("float64": any float a compressor returns)."""
+    import torch
+
+    if not isinstance(actual, torch.Tensor):
+        got = "freed (no storage)" if actual is None else f"got {type(actual).__name__} {actual!r}"[:200]
+        raise AssertionError(f"{what}: {got}, expected a tensor of shape {tuple(expected.shape)}")
+    if compare_in == "actual":
+        expected = expected.to(actual.dtype) if actual.dtype.is_floating_point else expected
+    elif compare_in is not None:
+        dtype = getattr(torch, compare_in) if isinstance(compare_in, str) else compare_in
+        actual, expected = actual.to(dtype), expected.to(dtype)
+    testing.assert_close(actual, expected, rtol=rtol, atol=atol, what=what, check_dtype=True)
+
+
+# ---------------------------------------------------------------- failures on ranks
+
+_RANK_ERRORS = {"AssertionError": AssertionError, "NotImplementedError": NotImplementedError,
+                "Flagged": Flagged, "TimeoutError": TimeoutError}
+_TRANSPORT = ("gloo/transport", "Connection closed")  # a peer gone, not the rank's own mistake
+
+
+def rank_failure(jobs: list[dict], per_rank: list, *, size_key: str | None = None) -> Exception | None:
+    """The first failure among `jobs` on any rank (`autograder.probes.common.run_jobs`' answers),
+    rebuilt for `classify`: a rank's own error before a timeout its peer saw waiting for it, and
+    before a transport error. `size_key`: the job field naming how many ranks ran it (the rest idled)."""
+    for job in jobs:
+        ranks = per_rank[:job[size_key]] if size_key else per_rank
+        errors = [out[job["name"]]["error"] for out in ranks if "error" in out.get(job["name"], {})]
+        if not errors:
+            continue
+        own = [e for e in errors if e[0] != "TimeoutError" and not any(t in e[1] for t in _TRANSPORT)]
+        kind, message = (own or [e for e in errors if e[0] == "TimeoutError"] or errors)[0]
+        return _RANK_ERRORS[kind](message) if kind in _RANK_ERRORS else StudentCrash(f"{kind}: {message}")
+    return None
 
 
 # ---------------------------------------------------------------- run-time guards

@@ -42,7 +42,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from autograder import sandbox, wire, zygote
-from autograder.checks import SEED_ENV, SUBMISSION_ENV, Flagged
+from autograder.checks import SEED_ENV, SUBMISSION_ENV, Flagged, StudentCrash
 from autograder.manifest import REPO
 
 EXIT_GRACE_S = 2.0                 # a closed worker's time to exit by itself
@@ -63,10 +63,6 @@ WORKER_CACHES = {"TORCH_EXTENSIONS_DIR": ".cache/torch_extensions", "TRITON_CACH
 def worker_runs_as_root() -> bool:
     """True when the worker stays uid 0 (without capabilities): no sandbox account can run Python."""
     return os.geteuid() == 0 and sandbox.worker_account() is None
-
-
-class StudentCrash(Exception):
-    """The process running the student's code died or answered something that is not a message."""
 
 
 _REMOTE = {"NotImplementedError": NotImplementedError, "AssertionError": AssertionError, "Flagged": Flagged,

@@ -28,12 +28,11 @@ value: the reference run, the layout and the formulas exist only on the trusted 
 
 from __future__ import annotations
 
-import re
 import sys
 import types
 
-from autograder.checks import forbid_calls, student_module, submission_dir
-from autograder.probes.common import SentBytes, install_send_counter
+from autograder.checks import forbid_calls, student_module
+from autograder.probes.common import SentBytes, install_send_counter, run_jobs, spawn_ranks
 from autograder.wire import short
 
 TORCH_COLLECTIVES = ("torch.distributed.all_reduce", "torch.distributed.all_gather",
@@ -320,17 +319,8 @@ def _unshard(zm, job: dict, group, sent: SentBytes) -> list:
 RUNNERS = {"unshard": _unshard, "train": _train}
 
 
-def _where(exc: BaseException) -> str:
-    import traceback
-    from pathlib import Path
-
-    folder = submission_dir()
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve().parent == folder]
-    return f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
-
-
 def _rank(rank: int, world_size: int, stem: str, jobs: list, pg_timeout_s: float) -> dict:
-    """Every job on this rank: {job name: {"ok": outputs} | {"error": [type name, message]} | {"idle": True}}."""
+    """Every job on this rank (`run_jobs`): {job name: {"ok": outputs} | {"error": [type, message]} | {"idle": True}}."""
     import datetime
 
     import torch.distributed as dist
@@ -340,43 +330,14 @@ def _rank(rank: int, world_size: int, stem: str, jobs: list, pg_timeout_s: float
     timeout = datetime.timedelta(seconds=pg_timeout_s)
     groups = {world_size: dist.new_group(list(range(world_size)), timeout=timeout),
               1: dist.new_group([0], timeout=timeout)}
-    out, hung, together = {}, None, True
-    for job in jobs:
-        name, size = job["name"], job["size"]
-        if hung:
-            out[name] = {"error": ["TimeoutError", f"rank {rank}: not run, an earlier job deadlocked ({hung})"]}
-        elif rank >= size:
-            out[name] = {"idle": True}
-        else:
-            try:
-                with forbid_calls(*TORCH_COLLECTIVES, modules=(zm,)):
-                    out[name] = {"ok": RUNNERS[job["kind"]](zm, job, groups[size], sent)}
-            except Exception as exc:  # noqa: BLE001 - each job's failure is data for the trusted side
-                first = str(exc).splitlines()[0] if str(exc) else ""
-                kind = "TimeoutError" if "timed out" in first.lower() else type(exc).__name__
-                out[name] = {"error": [kind if re.fullmatch(r"\w+", kind) else "Exception",
-                                       f"rank {rank}: {short(first, 600)}{_where(exc)}"]}
-                hung = name if kind == "TimeoutError" else None
-        if together:  # the ranks start each job together (one idles through the N = 1 jobs)
-            try:
-                dist.barrier()
-            except Exception:  # noqa: BLE001 - a peer gone: each rank finishes on its own
-                together = False
-    return out
+
+    def run(job: dict):
+        with forbid_calls(*TORCH_COLLECTIVES, modules=(zm,)):
+            return RUNNERS[job["kind"]](zm, job, groups[job["size"]], sent)
+
+    return run_jobs(rank, jobs, run, size_key="size")  # one rank idles through the N = 1 jobs
 
 
 def run_ranks(stem: str, jobs: list, world_size: int, pg_timeout_s: float, timeout_s: float) -> list:
     """The jobs on `world_size` spawned ranks: one dict per rank (see `_rank`)."""
-    from scaletrain.launch import RankError, spawn
-
-    try:
-        return spawn(_rank, world_size, stem, jobs, pg_timeout_s, timeout_s=timeout_s)
-    except RankError as exc:
-        first = (exc.message or "").splitlines()[0] if exc.message else ""
-        kind = exc.exc_type if re.fullmatch(r"\w+", str(exc.exc_type)) else "RankFailure"
-        where = ""
-        for filename, line in reversed(re.findall(r'File "([^"]+)", line (\d+)', exc.remote_traceback or "")):
-            if filename.endswith(f"{stem}.py"):
-                where = f" (at {stem}.py:{line})"
-                break
-        raise type(kind, (Exception,), {})(f"rank {exc.rank}: {first}{where}") from None
+    return spawn_ranks(_rank, world_size, stem, jobs, pg_timeout_s, timeout_s=timeout_s, stems=(stem,))

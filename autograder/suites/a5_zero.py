@@ -35,6 +35,7 @@ ranks, by the probe).
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 from autograder import checks
@@ -397,18 +398,8 @@ def _layout(job: dict) -> dict:
             "frozen": frozen, "itemsize": units[0].full.element_size()}
 
 
-def _close(actual, expected, *, rtol: float, what: str) -> None:
-    import torch
-    from scaletrain.zero.verify import assert_close
-
-    if not isinstance(actual, torch.Tensor):
-        raise AssertionError(f"{what}: {'freed (no storage)' if actual is None else type(actual).__name__}, "
-                             "expected a tensor")
-    if actual.dtype != expected.dtype:
-        raise AssertionError(f"{what}: dtype {actual.dtype}, expected {expected.dtype}")
-    if not torch.isfinite(actual).all() and torch.isfinite(expected).all():
-        raise AssertionError(f"{what}: contains NaN or inf")
-    assert_close(actual, expected, rtol=rtol, what=what)
+# zero.verify's atol: entries whose exact value is 0 and whose computed one is rounding noise
+_close = functools.partial(checks.assert_tensor_close, atol=1e-7)
 
 
 def _whole(per_rank: list, unit: dict, what: str):
@@ -665,23 +656,6 @@ def unimplemented(path: Path) -> set[str]:
             and any(isinstance(st, ast.Raise) and "NotImplementedError" in ast.unparse(st) for st in node.body)}
 
 
-def _rank_failure(jobs: list[dict], per_rank: list) -> Exception | None:
-    """The first failure among `jobs` on any rank, rebuilt for `classify`: a rank's own error
-    before a timeout its peer saw waiting for it (and before a gloo transport error)."""
-    from autograder.untrusted import StudentCrash
-
-    for job in jobs:
-        errors = [r[job["name"]]["error"] for r in per_rank if "error" in r.get(job["name"], {})]
-        if not errors:
-            continue
-        own = [e for e in errors if e[0] != "TimeoutError" and "gloo/transport" not in e[1]]
-        kind, message = (own or [e for e in errors if e[0] == "TimeoutError"] or errors)[0]
-        known = {"AssertionError": AssertionError, "NotImplementedError": NotImplementedError,
-                 "Flagged": checks.Flagged, "TimeoutError": TimeoutError}
-        return known[kind](message) if kind in known else StudentCrash(f"{kind}: {message}")
-    return None
-
-
 def _shard_cases(seed: int):
     import torch
     gen = torch.Generator().manual_seed(seed)
@@ -741,7 +715,7 @@ def group_ranks(ctx):
             if name in skip:
                 raise NotImplementedError(skip[name])
             mine = need[name]
-            problem = _rank_failure(mine, per_rank)
+            problem = checks.rank_failure(mine, per_rank)
             if problem is not None:
                 raise problem
             for job in mine:
