@@ -1,5 +1,5 @@
 """The CUDA C++ kernels of module 1b (kernels/attention.cu and kernels/cross_entropy.cu, forward
-and backward) executed on the CPU by the CUDA emulator (scaletrain.ops.cuda_cpu), against float64
+and backward) executed on the CPU by the CUDA emulator (scaletrain.ops.toolchain.cuda_cpu), against float64
 torch: every head-dim bucket (32, 64, 128: head dims 16, 64, 80, 128), causal and not, sequence
 lengths that end inside a block of 8 query rows and a tile of 32 keys, three storage dtypes.
 The GPU runs of the same kernels are in test_attention_triton.py / test_cross_entropy.py (`gpu`)."""
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c+
     (3, 17, 17, 16, True, torch.float32), (2, 40, 33, 64, False, torch.float16),
     (1, 1, 1, 128, True, torch.bfloat16), (1, 70, 70, 80, True, torch.float32), (1, 9, 65, 128, False, torch.float32)])
 def test_attention_cu_forward_and_backward_in_the_emulator(bh, seq_q, seq_k, d, causal, dtype):
-    from scaletrain.ops.attention_cuda_cpu import attention_bwd, attention_fwd
+    from scaletrain.ops.toolchain.attention_cuda_cpu import attention_bwd, attention_fwd
     torch.manual_seed(0)
     q, k, v = (torch.randn(bh, s, d).to(dtype) for s in (seq_q, seq_k, seq_k))
     o, lse = attention_fwd(q, k, v, causal)
@@ -42,8 +42,8 @@ def test_one_key_dq_rounds_as_on_the_h200_within_the_derived_bound(dtype):
     """test_attention_triton.py's GPU case (3 x 5 heads, sequence 1, d 16, causal): dQ and dK are 0 in
     float64, and the emulator, which fuses multiply-adds as nvcc does, leaves 1e-7..1e-6 (the H200:
     2e-7..5e-7), over that test's old floor (8 tol x 1e-6) and within attention_grad_atol."""
-    from scaletrain.ops import cuda_cpu_build
-    from scaletrain.ops.attention_cuda_cpu import attention_bwd, attention_fwd
+    from scaletrain.ops.toolchain import cuda_cpu_build
+    from scaletrain.ops.toolchain.attention_cuda_cpu import attention_bwd, attention_fwd
     if not cuda_cpu_build.CONTRACT_FLAGS:
         pytest.skip("this host's g++ cannot fuse multiply-adds: every product rounds, dQ comes out 0")
     torch.manual_seed(0)
@@ -61,7 +61,7 @@ def test_one_key_dq_rounds_as_on_the_h200_within_the_derived_bound(dtype):
     (5, 1000, 0.1, torch.float32, 3.0, 8e-5), (7, 17, 0.0, torch.float16, 3.0, 1.6e-2),
     (3, 129, 0.2, torch.bfloat16, 3.0, 8e-2), (4, 300, 0.1, torch.float32, 4000.0, 1e-3)])
 def test_cross_entropy_cu_in_the_emulator(rows, vocab, eps, dtype, scale, grad_tol):
-    from scaletrain.ops.attention_cuda_cpu import cross_entropy_bwd, cross_entropy_fwd
+    from scaletrain.ops.toolchain.attention_cuda_cpu import cross_entropy_bwd, cross_entropy_fwd
     torch.manual_seed(1)
     x = (torch.randn(rows, vocab) * scale).to(dtype)
     target = torch.randint(0, vocab, (rows,))

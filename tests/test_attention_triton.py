@@ -17,9 +17,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from scaletrain.ops import nvcc
+from scaletrain.ops.toolchain import nvcc
 from scaletrain.ops.backends import KERNELS_DIR
-from scaletrain.ops.isolated import IsolatedWorker
+from scaletrain.ops.toolchain.isolated import IsolatedWorker
 from scaletrain.ops.testing import attention_grad_atol
 from scaletrain.testing import TOLERANCE, assert_close
 
@@ -146,7 +146,7 @@ def test_tiny_gpt_on_the_fused_ops_has_torchs_loss_and_gradients(interp):
 
 # ---- builds: every kernel of module 1b compiles for sm_80 -------------------------------------
 def _compile_module_1b():
-    from scaletrain.ops.attention_compile import compile_fused
+    from scaletrain.ops.toolchain.attention_compile import compile_fused
     from scaletrain.ops.backends import load_kernel_module
     rows = []
     for name in ("attention_triton.py", "cross_entropy_triton.py", "embedding_triton.py"):
@@ -157,7 +157,7 @@ def _compile_module_1b():
 @needs_triton
 def test_triton_kernels_compile_for_sm80():
     """attention, cross-entropy and embedding kernels in one compiler process (a worker costs seconds)."""
-    from scaletrain.ops.attention_compile import SIGNATURES
+    from scaletrain.ops.toolchain.attention_compile import SIGNATURES
     with IsolatedWorker({"TRITON_INTERPRET": "0"}, timeout_s=300) as worker:
         rows = worker.run(_compile_module_1b)
     for row in rows:

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from scaletrain.ops import cross_entropy
 from scaletrain.ops.backends import KERNELS_DIR
-from scaletrain.ops.isolated import IsolatedWorker
+from scaletrain.ops.toolchain.isolated import IsolatedWorker
 from scaletrain.testing import TOLERANCE, assert_close
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,

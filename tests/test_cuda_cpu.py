@@ -1,4 +1,4 @@
-"""The CUDA kernels (kernels/*.cu, unmodified) run on the CPU by the emulator (scaletrain.ops.cuda_cpu).
+"""The CUDA kernels (kernels/*.cu, unmodified) run on the CPU by the emulator (scaletrain.ops.toolchain.cuda_cpu).
 
 Emulated, not real GPU runs: test_kernels_cuda.py's cases (every launcher bucket of
 conformance.BUCKET_SHAPES with fewer rows, three dtypes, masks, causal mode, huge logits,
@@ -15,7 +15,7 @@ import torch
 
 from autograder.suites.a1_kernels import CUDA_BUGS
 from scaletrain.ops import conformance as cf
-from scaletrain.ops import cuda_cpu
+from scaletrain.ops.toolchain import cuda_cpu
 from scaletrain.ops.backends import KERNELS_DIR
 from scaletrain.testing import assert_close
 

@@ -7,7 +7,7 @@
   torch_binding.cpp needs torch's CUDA headers and is compiled only where the extension is built
   (test_kernels_cuda.py, GPU).
 * Triton: each kernel, in its single-tile and looped configurations, goes through Triton's real
-  compiler to an sm_80 cubin (scaletrain/ops/triton_compile.py), in a worker process with the
+  compiler to an sm_80 cubin (scaletrain/ops/toolchain/triton_compile.py), in a worker process with the
   interpreter off.  The interpreter tests alone would accept code the compiler rejects.
 """
 
@@ -16,9 +16,9 @@ import shutil
 
 import pytest
 
-from scaletrain.ops import nvcc
+from scaletrain.ops.toolchain import nvcc
 from scaletrain.ops.backends import KERNELS_DIR
-from scaletrain.ops.isolated import IsolatedWorker
+from scaletrain.ops.toolchain.isolated import IsolatedWorker
 
 CU_FILES = sorted(KERNELS_DIR.glob("*.cu"))
 NVCC = shutil.which("nvcc")
@@ -82,7 +82,7 @@ def test_a_compile_error_fails_and_only_successes_are_cached(tmp_path, monkeypat
 
 def _compile_triton_kernels():
     from scaletrain.ops.backends import load_kernel_module
-    from scaletrain.ops.triton_compile import compile_module
+    from scaletrain.ops.toolchain.triton_compile import compile_module
     rows = []
     for name in ("softmax_triton.py", "layer_norm_triton.py"):
         rows += compile_module(load_kernel_module(KERNELS_DIR / name))
@@ -103,7 +103,7 @@ def test_triton_kernels_compile_for_sm80():
 
 def _compile_error_of(path: str) -> str:
     from scaletrain.ops.backends import load_kernel_module
-    from scaletrain.ops.triton_compile import compile_module
+    from scaletrain.ops.toolchain.triton_compile import compile_module
     try:
         compile_module(load_kernel_module(path, name="broken_softmax"), kernels=("softmax_bwd_kernel",))
     except AssertionError as exc:

@@ -79,7 +79,7 @@ def test_dx_matches_torch_under_fused_arithmetic(ln, fuse, div_ulps, cols, offse
 def test_emulated_cuda_dx_at_one_element_per_row_like_the_h200(dtype):
     """The GPU test's shape (4096, 1) and the grader's (7, 1) on the emulator, which fuses a * b + c
     where the host has FMA as nvcc does: before the fix 1.5e-5..6.1e-5, as on the H200."""
-    from scaletrain.ops import cuda_cpu, cuda_cpu_build
+    from scaletrain.ops.toolchain import cuda_cpu, cuda_cpu_build
     if not cuda_cpu_build.CONTRACT_FLAGS:
         pytest.skip("this host's g++ cannot fuse multiply-adds (no FMA): the emulator rounds every product")
     emu = cuda_cpu.make_backend()
@@ -90,7 +90,7 @@ def test_emulated_cuda_dx_at_one_element_per_row_like_the_h200(dtype):
 def test_triton_fuses_and_the_row_mean_divides_exactly(ln):
     """What the premise rests on, from Triton's compiler for sm_80: the dx kernel's PTX has FMAs,
     and its row means of g divide with div.rn (IEEE), not only the approximate div.full."""
-    from scaletrain.ops.triton_compile import compile_ptx
+    from scaletrain.ops.toolchain.triton_compile import compile_ptx
     ptx = compile_ptx(ln, "layer_norm_bwd_dx_kernel", storage="fp32")
     assert "fma.rn.f32" in ptx
     assert "div.rn.f32" in ptx

@@ -4,7 +4,7 @@ Functions.  Sizes are kept small except the Triton tutorial's irregular 1823 x 7
 interpreter costs ~1 ms of Python per program; see TILE_ELEMENTS in scaletrain/ops/tiles.py).
 
 Triton fixes interpreter-or-compiler when it is imported, so every case runs in one worker
-process started with TRITON_INTERPRET=1 (scaletrain.ops.isolated.IsolatedWorker); the test
+process started with TRITON_INTERPRET=1 (scaletrain.ops.toolchain.isolated.IsolatedWorker); the test
 functions here only name the case.  Case functions build their inputs from a seed.
 """
 
@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from scaletrain.ops import layer_norm, softmax
-from scaletrain.ops.isolated import IsolatedWorker
+from scaletrain.ops.toolchain.isolated import IsolatedWorker
 from scaletrain.testing import TOLERANCE, assert_close
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,

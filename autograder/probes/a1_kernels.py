@@ -91,7 +91,7 @@ def build_cuda_cpu() -> dict[str, list[str] | None]:
     """Build each of the student's .cu files for the CPU emulator (on its own: one that does not
     compile leaves the other's tasks gradable). Per file None, or [outcome, reason]: an #error
     stub left in place is "not_implemented", any other compile error "failed"."""
-    from scaletrain.ops import cuda_cpu
+    from scaletrain.ops.toolchain import cuda_cpu
     from scaletrain.ops.backends import KERNELS_DIR
 
     verdicts = {}
@@ -107,7 +107,7 @@ def build_cuda_cpu() -> dict[str, list[str] | None]:
 
 def cuda_cpu_launches() -> list[str]:
     """The kernels the emulator launched in the last call (named in a failed check's message)."""
-    from scaletrain.ops import cuda_cpu
+    from scaletrain.ops.toolchain import cuda_cpu
 
     return cuda_cpu.last_launches()
 
@@ -118,7 +118,7 @@ def _function(op: str, kernels: str, stack: contextlib.ExitStack, *, interpret: 
         if skip:
             raise ValueError("grader bug: the CUDA extension launches its kernels itself")
         if kernels == "cuda-cpu":
-            from scaletrain.ops import cuda_cpu
+            from scaletrain.ops.toolchain import cuda_cpu
             from scaletrain.ops.backends import KERNELS_DIR
 
             return getattr(cuda_cpu.make_backend(_cuda_sources(), include=KERNELS_DIR), op)
@@ -197,7 +197,7 @@ class _OneOp:
 def compile_triton(stem: str, kernel: str) -> int:
     """Compile the student's `kernel` of <stem>.py for sm_80 with Triton's real compiler;
     returns the number of configurations compiled."""
-    from scaletrain.ops.triton_compile import compile_module
+    from scaletrain.ops.toolchain.triton_compile import compile_module
 
     triton_mode(False)
     return len(unwrap_stub(compile_module)(kernels_of(stem), kernels=(kernel,)))
@@ -207,7 +207,7 @@ def compile_cuda() -> dict | None:
     """nvcc -Xptxas -v on the student's two .cu files (never cached here): per file, the exit
     code, the log and the PTX; None when nvcc is not installed. No Python of the submission runs
     in this worker, so what nvcc said is what the trusted side reads."""
-    from scaletrain.ops import nvcc
+    from scaletrain.ops.toolchain import nvcc
 
     submission = Path(os.environ["AUTOGRADER_SUBMISSION"])
     os.environ["SCALETRAIN_NVCC_CACHE"] = "off"

@@ -80,7 +80,7 @@ def run(op: str, args: list, *, device: str = "cpu", interpret: bool = True, max
 
 def compile_triton(stem: str, kernel: str) -> int:
     """Compile the student's `kernel` of <stem>.py for sm_80 with Triton's real compiler."""
-    from scaletrain.ops.attention_compile import compile_fused
+    from scaletrain.ops.toolchain.attention_compile import compile_fused
 
     triton_mode(False)
     return len(unwrap_stub(compile_fused)(kernels_of(stem), kernels=(kernel,)))

@@ -12,7 +12,7 @@ and each kernel is compiled for sm_80 by Triton's real compiler. Part B's .cu fi
 by nvcc for sm_80 where nvcc exists (else `not_run`), in a worker that runs no Python of the
 submission, and the verdict (errors, spills, kernels that never store) is read here from nvcc's
 own report. On any machine they also run, unmodified, in the CUDA-on-CPU emulator
-(scaletrain.ops.cuda_cpu: host C++ with 32-lane warps, block barriers, guarded buffers) at small
+(scaletrain.ops.toolchain.cuda_cpu: host C++ with 32-lane warps, block barriers, guarded buffers) at small
 shapes covering every launcher bucket: the `emulated_cuda` group. The GPU confirms that
 correctness on the device and times the kernels (`not_run` here, points pending).
 
@@ -366,7 +366,7 @@ def group_compile_triton(ctx):
 
 
 def group_compile_cuda(ctx):
-    from scaletrain.ops import nvcc
+    from scaletrain.ops.toolchain import nvcc
 
     results = ctx.untrusted().call(PROBE + "compile_cuda")
     for task, (cu, _, kernels) in CUDA_KERNELS.items():

@@ -1,5 +1,5 @@
 // CUDA on the CPU: the subset of CUDA C++ the course's kernels use, as host C++ (g++ -std=c++17).
-// scaletrain/ops/cuda_cpu.py compiles the unmodified kernels/*.cu with this header in front
+// scaletrain/ops/toolchain/cuda_cpu.py compiles the unmodified kernels/*.cu with this header in front
 // (`-include cuda_runtime.h`: every CUDA header in this folder includes only this file), after
 // rewriting each `kernel<<<grid, block, smem, stream>>>(args)` into a cuda_emu::Launch and each
 // `extern __shared__ T name[];` into a pointer to the launch's dynamic shared memory.

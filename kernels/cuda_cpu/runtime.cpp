@@ -1,5 +1,5 @@
 // The CUDA-on-CPU scheduler (see cuda_cpu.h for the model) and the C API that
-// scaletrain/ops/cuda_cpu.py calls through ctypes: guarded buffers, the launch trace, errors.
+// scaletrain/ops/toolchain/cuda_cpu.py calls through ctypes: guarded buffers, the launch trace, errors.
 //
 // Checks, each reported as "<kernel> <<<grid, block>>>: block (..), thread (..): what":
 //  * global memory: every buffer the Python side passes ends flush against a PROT_NONE page and
@@ -766,7 +766,7 @@ void run_grid(const char* kernel, dim3 grid, dim3 block, size_t smem, Body body,
 }
 }  // namespace cuda_emu
 
-// ---- the C API for scaletrain/ops/cuda_cpu.py ------------------------------------------------------
+// ---- the C API for scaletrain/ops/toolchain/cuda_cpu.py ------------------------------------------------------
 using cuda_emu::rt;
 
 extern "C" {

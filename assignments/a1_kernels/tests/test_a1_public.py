@@ -76,7 +76,7 @@ def test_task1_5_layer_norm_backward_dweight_dbias():
 @pytest.mark.task1_8
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 def test_task1_6_to_1_9_cuda_sources_compile():
-    from scaletrain.ops import nvcc
+    from scaletrain.ops.toolchain import nvcc
     files = [HERE / "softmax.cu", HERE / "layer_norm.cu"]
     procs = nvcc.start(files)
     for f in files:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from types import ModuleType
 from unittest import mock
 
-from scaletrain.ops import triton_compile
+from scaletrain.ops.toolchain import triton_compile
 
 __all__ = ["SIGNATURES", "compile_fused"]
 

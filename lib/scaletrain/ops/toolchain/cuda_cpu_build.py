@@ -1,5 +1,5 @@
 """Building the CUDA emulator's libraries: kernels/*.cu rewritten, compiled by g++ against the
-shim in kernels/cuda_cpu/, cached (scaletrain.ops.cuda_cpu runs them).
+shim in kernels/cuda_cpu/, cached (scaletrain.ops.toolchain.cuda_cpu runs them).
 
 Two textual rewrites happen on the way, nothing else: `k<<<grid, block, smem, stream>>>(args)`
 becomes a call of the emulator's launcher (cuda_cpu.h's `Launch`), and `extern __shared__ T s[];`

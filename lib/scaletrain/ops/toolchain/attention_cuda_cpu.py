@@ -1,6 +1,6 @@
 """kernels/attention.cu (forward, backward) and kernels/cross_entropy.cu run unmodified on a CPU, in the CUDA emulator.
 
-scaletrain.ops.cuda_cpu compiles .cu files as host C++ against its shim (32-lane warps, block
+scaletrain.ops.toolchain.cuda_cpu compiles .cu files as host C++ against its shim (32-lane warps, block
 barriers, warp shuffles) and runs their extern "C" launchers; this module declares module 1b's
 launchers (fused_launchers.h) to it and wraps them with the "cuda" backend's signatures over CPU
 tensors, so the tests check the CUDA kernels' numbers on a machine without a GPU.  Outputs start
@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from scaletrain.ops import cuda_cpu
+from scaletrain.ops.toolchain import cuda_cpu
 from scaletrain.ops.interface import KERNELS_DIR
 
 __all__ = ["attention_fwd", "attention_bwd", "cross_entropy_fwd", "cross_entropy_bwd"]

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from scaletrain.ops.cuda_cpu_build import SHIM_DIR, SOURCES, build, rewrite
+from scaletrain.ops.toolchain.cuda_cpu_build import SHIM_DIR, SOURCES, build, rewrite
 from scaletrain.ops.interface import BACKEND_DTYPES, KERNELS_DIR, Backend
 from scaletrain.ops.mask import MaskView
 
