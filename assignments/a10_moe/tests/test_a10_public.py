@@ -41,14 +41,15 @@ def test_task10_1_top_k_routing():
         r = router.top_k_routing(logits, k, normalize=normalize)
         assert_close(r.probs.detach(), probs, what=f"{what}: probs")
         _expect_equal(r.experts, best, f"{what}: experts (best first)")
+        renormalised = normalize if normalize is not None else k > 1  # GShard for k > 1, Switch's raw p at k = 1
         top = probs.gather(1, torch.tensor(best))
-        want = top / top.sum(-1, keepdim=True) if (k > 1 if normalize is None else normalize) else top
+        want = top / top.sum(-1, keepdim=True) if renormalised else top
         assert_close(r.gates.detach(), want, what=f"{what}: gates")
         w = torch.arange(1.0, 4 * k + 1, dtype=torch.float64).view(4, k)
         (r.gates * w).sum().backward()
         ref = LOGITS.clone().requires_grad_(True)
         top_ref = ref.softmax(-1).gather(1, torch.tensor(best))
-        if k > 1 if normalize is None else normalize:
+        if renormalised:
             top_ref = top_ref / top_ref.sum(-1, keepdim=True)
         (top_ref * w).sum().backward()
         assert_close(logits.grad, ref.grad, what=f"{what}: gradient of the gates with respect to the logits")
