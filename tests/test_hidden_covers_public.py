@@ -39,6 +39,7 @@ BOUNDARY = {
     "a7": ("the scale grows one clean step late (> growth_interval for ==)",),
     "a8": ("1-bit: the last, shorter chunk's mean divided by the full chunk size",),
     "a9": ("in-flight microbatches: p even when m < p (min(p, m) forgotten)",),
+    "a10": ("capacity rounded down (floor, not ceil)",),
 }
 
 

@@ -70,6 +70,11 @@ STUDENT_MODULES = {
     "plan_memory": ("scaletrain.plan.memory", "a9_planning"),
     "plan_time": ("scaletrain.plan.time_model", "a9_planning"),
     "plan_search": ("scaletrain.plan.layouts", "a9_planning"),
+    "moe_router": ("scaletrain.moe.router", "a10_moe"),
+    "moe_losses": ("scaletrain.moe.losses", "a10_moe"),
+    "moe_capacity": ("scaletrain.moe.capacity", "a10_moe"),
+    "moe_dispatch": ("scaletrain.moe.dropless", "a10_moe"),
+    "moe_all_to_all": ("scaletrain.moe.all_to_all", "a10_moe"),
 }
 # Triton kernel files, which scaletrain.ops loads by path from kernels/ (`kernel_file`), not imports:
 # stem -> assignment folder (tests/test_notebook_impl.py checks these against the manifests too)
