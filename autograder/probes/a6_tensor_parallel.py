@@ -28,8 +28,10 @@ from autograder.checks import Flagged, forbid_calls, student_module, submission_
 from autograder.probes.common import install_send_counter
 from autograder.wire import short
 
-STEMS = ("tp_operators", "tp_layers", "tp_cross_entropy", "tp_sequence")
-LIBRARY = ("scaletrain.tp.operators", "scaletrain.tp.layers", "scaletrain.tp.cross_entropy", "scaletrain.tp.sequence")
+STEMS = ("tp_operators", "tp_layers", "tp_cross_entropy", "tp_sequence", "tp_mesh")
+LIBRARY = ("scaletrain.tp.operators", "scaletrain.tp.layers", "scaletrain.tp.cross_entropy", "scaletrain.tp.sequence",
+           "scaletrain.mesh")
+AXES = ("dp", "pp", "tp")
 FORBIDDEN_AT_RUN_TIME = ("torch.distributed.all_reduce", "torch.distributed.all_gather",
                          "torch.distributed.all_gather_into_tensor", "torch.distributed.reduce_scatter",
                          "torch.distributed.reduce_scatter_tensor", "torch.distributed.all_gather_single",
@@ -256,8 +258,48 @@ def _gpt(m, job, r, group, sent):
             "grads": {n: _out(p.grad) for n, p in model.named_parameters()}}
 
 
+def _mesh(m, job, r, group, sent):
+    """The student's `ParallelDims(...).build` on every rank of the world, then, per axis, what the
+    Mesh says (coordinates, ranks, position in the group) and which ranks a sum over its group reaches
+    (each rank adds rank + 1 at its own index; our ring allreduce, not the student's code)."""
+    import torch
+    import torch.distributed as dist
+    from scaletrain.tp.collectives import allreduce
+
+    dp, pp, tp = job["layout"]
+    mesh = m["tp_mesh"].ParallelDims(dp=dp, pp=pp, tp=tp).build(timeout_s=job["timeout_s"])
+    out = {"coords": [mesh.coords.dp, mesh.coords.pp, mesh.coords.tp], "ranks": {}, "position": {}, "reached": {}}
+    for axis in AXES:
+        g = getattr(mesh, f"{axis}_group")
+        out["ranks"][axis] = [int(x) for x in getattr(mesh, f"{axis}_ranks")]
+        out["position"][axis] = dist.get_rank(g)
+        mark = torch.zeros(dist.get_world_size())
+        mark[r] = r + 1
+        total = allreduce(mark, g, "ring")
+        out["reached"][axis] = [i for i, v in enumerate(total.tolist()) if v == i + 1]
+    return out
+
+
+def grid(layouts: list) -> list:
+    """Per (dp, pp, tp) layout, the student's pure grid: every rank's coords, `rank_of` of each of
+    them, and `groups(axis)` of each axis (or the error it raised)."""
+    dims_class = student_module("tp_mesh").ParallelDims
+    out = []
+    for dp, pp, tp in layouts:
+        try:
+            dims = dims_class(dp=dp, pp=pp, tp=tp)
+            coords = [dims.coords(r) for r in range(dp * pp * tp)]
+            coords = [[int(c.dp), int(c.pp), int(c.tp)] for c in coords]
+            out.append({"coords": coords, "rank_of": [int(dims.rank_of(dp=a, pp=b, tp=c)) for a, b, c in coords],
+                        "groups": {axis: [[int(x) for x in g] for g in dims.groups(axis)] for axis in AXES}})
+        except Exception as exc:  # noqa: BLE001 - each layout's failure is data for the trusted side
+            out.append({"error": [type(exc).__name__ if re.fullmatch(r"\w+", type(exc).__name__) else "Exception",
+                                  short(str(exc).splitlines()[0] if str(exc) else "", 400) + _where(exc)]})
+    return out
+
+
 RUNNERS = {"operator": _operator, "layer": _layer, "attention": _attention, "mlp": _mlp, "loss": _loss,
-           "gather_linear": _gather_linear, "gpt": _gpt}
+           "gather_linear": _gather_linear, "gpt": _gpt, "mesh": _mesh}
 
 
 def _where(exc: BaseException) -> str:
@@ -281,8 +323,8 @@ def _rank(rank: int, world_size: int, jobs: list, pg_timeout_s: float) -> dict:
     mods = {stem: student_module(stem) for stem in STEMS}
     guarded = tuple(mods.values()) + tuple(importlib.import_module(name) for name in LIBRARY)
     timeout = datetime.timedelta(seconds=pg_timeout_s)
-    groups = {world_size: dist.new_group(list(range(world_size)), timeout=timeout),
-              2: dist.new_group([0, 1], timeout=timeout)}
+    groups = {t: dist.new_group(list(range(t)), timeout=timeout) for t in (2, 3)}
+    groups[world_size] = None  # the mesh jobs build their own groups on every rank
     out, hung, together = {}, None, True
     for job in jobs:
         name, t = job["name"], job["t"]

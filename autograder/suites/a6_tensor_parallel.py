@@ -34,12 +34,14 @@ from autograder.attacks import IMPORTER, report_forger
 from autograder.manifest import REPO, Check, Group, Manifest, Planted, Task
 
 OPS, LAYERS, LOSS, SEQ = "tp_operators.py", "tp_layers.py", "tp_cross_entropy.py", "tp_sequence.py"
+MESH = "tp_mesh.py"
 PROBE = "autograder.probes.a6_tensor_parallel:"
-WORLD = 3             # t = 3 on every rank, t = 2 on a subgroup
+WORLD = 4             # t = 2 and t = 3 on subgroups; the 3D grid's builds on all 4
 SIZES = (2, 3)
 PG_TIMEOUT_S = 10.0   # a collective that waits longer is a deadlock
 SPAWN_TIMEOUT_S = 150
 RTOL = 2e-5           # fp32, sums in another order than one process
+AXES = ("dp", "pp", "tp")
 TORCH_TP = ("torch.distributed.tensor", "torch.distributed.all_reduce", "torch.distributed.all_gather",
             "torch.distributed.all_gather_into_tensor", "torch.distributed.all_gather_single",
             "torch.distributed.reduce_scatter", "torch.distributed.reduce_scatter_tensor",
@@ -62,8 +64,11 @@ C_SP_LIN = "sequence-gather linear equals the unsharded layer and saves only its
 C_SP_GPT = "GPT with sequence parallelism equals one process (t = 2, 3)"
 C_SP_MEM = "blocks save sbh(10 + 24/t)-form bytes with TP, sbh(34/t)-form with SP (CPU fp32 form)"
 C_SP_BYTES = "sequence parallelism sends tensor parallelism's bytes plus 2 re-gathers per layer"
+C_MESH_GRID = "3D grid: coords and rank_of inverse; each axis's groups partition the ranks, position = coordinate"
+C_MESH_NODES = "3D grid: every tp group is consecutive ranks (whole tp groups inside a node)"
+C_MESH_BUILD = "3D grid on 4 ranks: every rank builds every group; a sum over each group reaches exactly its ranks"
 CHECKS = (C_F, C_G, C_LAST, C_COL, C_ROW, C_QKV, C_MLP, C_GPT, C_GPT_BYTES, C_CE, C_CE_MEM, C_SP_PAIR, C_SP_LIN,
-          C_SP_GPT, C_SP_MEM, C_SP_BYTES)
+          C_SP_GPT, C_SP_MEM, C_SP_BYTES, C_MESH_GRID, C_MESH_NODES, C_MESH_BUILD)
 
 _FROM_LINEAR_COLUMN = "            layer.weight.copy_(shard(linear.weight, **where))\n"
 
@@ -174,14 +179,29 @@ def _planted() -> tuple[Planted, ...]:
                 (("import torch\n", "import os\n\nimport torch\n"),
                  ("        m = allreduce_max(", "        os._exit(3)\n        m = allreduce_max(")),
                 expect={C_CE: "error", C_F: "error"}),
+        Planted("3D grid with tp outermost: tp groups strided across nodes", MESH,
+                (("        dp = rank // (self.pp * self.tp)\n        pp, tp = rank // self.tp % self.pp, rank % self.tp\n",
+                  "        tp = rank // (self.dp * self.pp)\n        dp, pp = rank // self.pp % self.dp, rank % self.pp\n"),
+                 ("        return (dp * self.pp + pp) * self.tp + tp\n", "        return (tp * self.dp + dp) * self.pp + pp\n")),
+                expect={C_MESH_GRID: "passed", C_MESH_NODES: "failed", C_MESH_BUILD: "passed", C_GPT: "passed"}),
+        Planted("3D grid: rank_of swaps pp and tp", MESH,
+                ("        return (dp * self.pp + pp) * self.tp + tp\n", "        return (dp * self.tp + tp) * self.pp + pp\n"),
+                expect={C_MESH_GRID: "failed", C_MESH_NODES: "failed", C_MESH_BUILD: "passed"}),
+        Planted("3D grid: each rank creates only the groups it belongs to", MESH,
+                ("        for axis in axes:\n            for ranks in self.groups(axis):\n"
+                 "                group = dist.new_group(ranks, timeout=timeout)\n",
+                 "        for axis in axes:\n            for ranks in [g for g in self.groups(axis) if rank in g]:\n"
+                 "                group = dist.new_group(ranks, timeout=timeout)\n"),
+                expect={C_MESH_GRID: "passed", C_MESH_NODES: "passed", C_MESH_BUILD: "timeout", C_GPT: "passed"}),
         *_attacks(),
     )
 
 
 MANIFEST = Manifest(
-    assignment="a6", folder="a6_tensor_parallel", title="Tensor and sequence parallelism",
+    assignment="a6", folder="a6_tensor_parallel", title="Tensor, sequence and 3D parallelism",
     files={OPS: "lib/scaletrain/tp/operators.py", LAYERS: "lib/scaletrain/tp/layers.py",
-           LOSS: "lib/scaletrain/tp/cross_entropy.py", SEQ: "lib/scaletrain/tp/sequence.py"},
+           LOSS: "lib/scaletrain/tp/cross_entropy.py", SEQ: "lib/scaletrain/tp/sequence.py",
+           MESH: "lib/scaletrain/mesh.py"},
     tasks=(
         Task("6.1", "The conjugate operators f and g (and the last-dimension gather/scatter)", file=OPS,
              functions=("forward", "backward")),
@@ -190,13 +210,17 @@ MANIFEST = Manifest(
         Task("6.3", "Vocabulary-parallel cross-entropy", file=LOSS, functions=("forward", "backward")),
         Task("6.4", "Sequence parallelism: the all-gather / reduce-scatter pair", file=SEQ,
              functions=("forward", "backward")),
+        Task("6.5", "3D parallelism: the rank grid and its process groups", file=MESH,
+             functions=("coords", "rank_of", "new_groups")),
     ),
     forbidden={OPS: TORCH_TP + ("scaletrain.tp.operators",),
                LAYERS: TORCH_TP + ("scaletrain.tp.layers", "scaletrain.tp.ColumnParallelLinear",
                                    "scaletrain.tp.RowParallelLinear", "scaletrain.tp.shard", "scaletrain.tp.shard_like",
                                    "scaletrain.tp.gpt", "scaletrain.tp.verify"),
                LOSS: TORCH_TP + ("scaletrain.tp.cross_entropy", "scaletrain.tp.vocab_parallel_cross_entropy"),
-               SEQ: TORCH_TP + ("scaletrain.tp.sequence",)},
+               SEQ: TORCH_TP + ("scaletrain.tp.sequence",),
+               MESH: TORCH_TP + ("scaletrain.mesh", "scaletrain.train", "torch.distributed.device_mesh",
+                                 "torch.distributed.init_device_mesh", "torch.distributed.DeviceMesh")},
     groups=(
         Group("ranks", "autograder.suites.a6_tensor_parallel:group_ranks", timeout_s=300, trusted=True, checks=(
             Check("6.1", C_F, 2), Check("6.1", C_G, 2), Check("6.1", C_LAST, 1),
@@ -207,6 +231,8 @@ MANIFEST = Manifest(
             Check("6.4", C_SP_PAIR, 2), Check("6.4", C_SP_LIN, 2), Check("6.4", C_SP_GPT, 2),
             Check("6.4", C_SP_MEM, 2, needs=(C_GPT, C_SP_GPT)),
             Check("6.4", C_SP_BYTES, 1, needs=(C_SP_GPT,)),
+            Check("6.5", C_MESH_GRID, 2), Check("6.5", C_MESH_NODES, 1, needs=(C_MESH_GRID,)),
+            Check("6.5", C_MESH_BUILD, 2),
         )),
     ),
     planted=_planted(),
@@ -306,7 +332,22 @@ def _jobs(seed: int) -> dict[str, list[dict]]:
             for check in ((C_SP_GPT, C_SP_MEM, C_SP_BYTES) if sp else (C_GPT, C_GPT_BYTES, C_SP_MEM)):
                 need.setdefault(check, []).append(job)
     _public_gpt_jobs(need, seed)
+    for layout in BUILD_LAYOUTS:  # last: a build that deadlocks leaves every job before it judged
+        need.setdefault(C_MESH_BUILD, []).append({"name": f"mesh {layout}", "kind": "mesh", "t": WORLD,
+                                                  "layout": layout, "timeout_s": PG_TIMEOUT_S})
     return need
+
+
+BUILD_LAYOUTS = ((2, 1, 2), (1, 2, 2), (2, 2, 1))  # (dp, pp, tp) of the 4 ranks
+
+
+def grid_layouts(seed: int) -> list[tuple[int, int, int]]:
+    """Hidden (dp, pp, tp) layouts for the pure grid (irregular degrees, up to 48 ranks), the builds' last."""
+    rng = random.Random(seed + 5)
+    hidden = {(3, 1, 2), (1, 5, 3), (2, 3, 4), (1, 1, 1)}
+    while len(hidden) < 7:
+        hidden.add((rng.randint(1, 4), rng.randint(1, 4), rng.choice((2, 3, 4))))
+    return sorted(hidden) + list(BUILD_LAYOUTS)
 
 
 def _public_gpt_jobs(need: dict, seed: int) -> None:
@@ -617,8 +658,75 @@ def _judge_gpt(job, out, ref, r, check):
                                  f"{want} B ({split})")
 
 
+def _grid_at(layout) -> str:
+    dp, pp, tp = layout
+    return f"3D grid dp={dp}, pp={pp}, tp={tp} ({dp * pp * tp} ranks)"
+
+
+def judge_grid(layout, got) -> None:
+    """`got` (the probe's `grid` for `layout`): coords and rank_of inverse and in range; per axis, the
+    groups partition the ranks into groups of the degree, sharing the other coordinates, in the order of
+    their coordinate on the axis (a rank's position in its group is its coordinate)."""
+    at, degrees, n = _grid_at(layout), dict(zip(AXES, layout)), layout[0] * layout[1] * layout[2]
+    if "error" in got:
+        raise AssertionError(f"{at}: raised {got['error'][0]}: {got['error'][1]}")
+    coords = [tuple(c) for c in got["coords"]]
+    for r, c in enumerate(coords):
+        if any(not 0 <= v < d for v, d in zip(c, layout)):
+            raise AssertionError(f"{at}: coords({r}) = (dp, pp, tp) {c}, outside the degrees {layout}")
+        if got["rank_of"][r] != r:
+            raise AssertionError(f"{at}: rank_of{c} = {got['rank_of'][r]}, but coords({r}) = {c}: not inverse")
+    for k, axis in enumerate(AXES):
+        groups = got["groups"][axis]
+        if sorted(r for g in groups for r in g) != list(range(n)):
+            raise AssertionError(f"{at}: the {axis} groups {groups[:6]} do not hold every rank exactly once")
+        for g in groups:
+            if len(g) != degrees[axis]:
+                raise AssertionError(f"{at}: the {axis} group {g} has {len(g)} ranks, {axis} = {degrees[axis]}")
+            if [coords[r][k] for r in g] != list(range(degrees[axis])):
+                raise AssertionError(f"{at}: in the {axis} group {g} the ranks' {axis} coordinates are "
+                                     f"{[coords[r][k] for r in g]}, not 0..{degrees[axis] - 1} in order")
+            if len({tuple(v for i, v in enumerate(coords[r]) if i != k) for r in g}) != 1:
+                raise AssertionError(f"{at}: the {axis} group {g} holds ranks that differ on another axis "
+                                     f"(coords {[coords[r] for r in g]})")
+
+
+def judge_nodes(layout, got) -> None:
+    """Each tp group is tp consecutive ranks starting at a multiple of tp: inside one node whenever tp
+    divides the GPUs per node (ranks numbered node by node)."""
+    tp = layout[2]
+    for g in got["groups"]["tp"]:
+        if g != list(range(g[0], g[0] + tp)) or g[0] % tp:
+            raise AssertionError(f"{_grid_at(layout)}: the tp group {g} is not {tp} consecutive ranks from a multiple "
+                                 f"of {tp}: on nodes of 8 GPUs its allreduces (one per layer, forward and backward) "
+                                 "would cross the slower links between nodes")
+
+
+def _judge_mesh(job, out, ref, r, check):
+    """One rank's Mesh after the student's build, against the student's own grid for the layout
+    (judged valid by `judge_grid` first) and what a sum over each group reached."""
+    layout, got = tuple(job["layout"]), ref.get("grid")
+    at = f"{_grid_at(layout)}, build on rank {r}"
+    if got is None:
+        raise AssertionError(f"{at}: the grid's coords and groups did not come back")
+    judge_grid(layout, got)
+    if tuple(out["coords"]) != tuple(got["coords"][r]):
+        raise AssertionError(f"{at}: Mesh.coords {tuple(out['coords'])}, but coords({r}) = {tuple(got['coords'][r])}")
+    for k, axis in enumerate(AXES):
+        mine = next(g for g in got["groups"][axis] if r in g)
+        if out["ranks"][axis] != mine:
+            raise AssertionError(f"{at}: mesh.{axis}_ranks {out['ranks'][axis]}, but groups('{axis}') puts rank {r} "
+                                 f"in {mine}")
+        if out["position"][axis] != got["coords"][r][k]:
+            raise AssertionError(f"{at}: position {out['position'][axis]} in mesh.{axis}_group, but its {axis} "
+                                 f"coordinate is {got['coords'][r][k]}")
+        if out["reached"][axis] != mine:
+            raise AssertionError(f"{at}: a sum over mesh.{axis}_group reached ranks {out['reached'][axis]}, expected "
+                                 f"{mine}: the group object is not the group of those ranks")
+
+
 JUDGES = {"operator": _judge_operator, "layer": _judge_layer, "attention": _judge_attention, "mlp": _judge_mlp, "loss": _judge_loss,
-          "gather_linear": _judge_gather_linear, "gpt": _judge_gpt}
+          "gather_linear": _judge_gather_linear, "gpt": _judge_gpt, "mesh": _judge_mesh}
 
 
 def _rank_failure(jobs: list[dict], per_rank: list) -> Exception | None:
@@ -647,22 +755,37 @@ def _wire_job(job: dict) -> dict:
 def group_ranks(ctx):
     import torch
     torch.set_num_threads(1)  # the ranks have the cores
-    need = _jobs(checks.trial_seeds(1, salt=66)[0])
+    seed = checks.trial_seeds(1, salt=66)[0]
+    need, layouts = _jobs(seed), grid_layouts(seed)
     jobs = list({j["name"]: j for js in need.values() for j in js}.values())
     refs = {job["name"]: _reference(job) for job in jobs}  # before any student code runs
-    worker, failure, per_rank = ctx.untrusted(), None, []
+    worker, failure, ranks_ok, per_rank, grids = ctx.untrusted(), None, False, [], None
     try:
         worker.call(PROBE + "load", timeout_s=90)
         per_rank = worker.call(PROBE + "run_ranks", [_wire_job(j) for j in jobs], WORLD, PG_TIMEOUT_S,
                                SPAWN_TIMEOUT_S, timeout_s=SPAWN_TIMEOUT_S + 30)
         if not (isinstance(per_rank, list) and len(per_rank) == WORLD and all(isinstance(o, dict) for o in per_rank)):
             raise AssertionError(f"the ranks' outputs are malformed: {str(per_rank)[:80]}")
+        ranks_ok = True
+        grids = worker.call(PROBE + "grid", layouts, timeout_s=30)  # after the ranks: a hang here costs 6.5 only
+        if not (isinstance(grids, list) and len(grids) == len(layouts) and all(isinstance(g, dict) for g in grids)):
+            raise AssertionError(f"the grid's outputs are malformed: {str(grids)[:80]}")
     except Exception as exc:  # noqa: BLE001 - reported inside every check below
         failure = exc
+    for job in need[C_MESH_BUILD]:
+        refs[job["name"]]["grid"] = None if grids is None else grids[layouts.index(tuple(job["layout"]))]
     for name in CHECKS:
         with ctx.check(name):
-            if failure is not None:
+            if failure is not None and (not ranks_ok or name in (C_MESH_GRID, C_MESH_NODES)):
                 raise failure
+            if name in (C_MESH_GRID, C_MESH_NODES):
+                for layout, got in zip(layouts, grids):
+                    try:
+                        (judge_grid if name == C_MESH_GRID else judge_nodes)(layout, got)
+                    except (KeyError, TypeError, IndexError, ValueError) as exc:
+                        raise AssertionError(f"{_grid_at(layout)}: the outputs that came back are malformed "
+                                             f"({type(exc).__name__}: {exc})") from None
+                continue
             for job in need[name]:  # job by job: a layer's weights are judged before its forward's failure
                 for r in range(job["t"]):
                     partial = per_rank[r].get(job["name"], {}).get("partial")

@@ -1,18 +1,23 @@
-"""`ParallelDims(dp=, pp=, tp=)`: the 3D rank grid of PTD-P and each rank's process groups.
+"""`ParallelDims(dp=, pp=, tp=)`: the 3D rank grid of PTD-P and each rank's process groups (a6, task 6.5).
 
 Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using
-Megatron-LM" (PTD-P), §3 and the seminar's §1.2.5: n = d·p·t ranks; tensor parallelism, which
-sends 8·b·s·h·(t-1)/t per layer and waits on it (tp/cost.py), goes on the fastest links, inside a
-node; pipeline parallelism, one b·s·h message per stage boundary and micro-batch, across nodes;
-data parallelism, one allreduce per step, outermost. With ranks numbered node by node, "inside a
-node" means consecutive ranks, so the grid is laid out with TP innermost, then PP, then DP:
-
-    rank = (dp_rank · pp + pp_rank) · tp + tp_rank
-
-For dp = pp = tp = 2 (8 ranks): tp groups {0,1} {2,3} {4,5} {6,7}; pp groups {0,2} {1,3} {4,6}
-{5,7}; dp groups {0,4} {1,5} {2,6} {3,7}. The seed's example (training-speedup lecture, "3D
-Parallelism") has 32 GPUs as 4 TP × 4 PP × 2 DP. torchtitan's `ParallelDims` validates its
-degrees the same way; its mesh is a torch DeviceMesh, ours plain process groups.
+Megatron-LM" (PTD-P), §3 and the seminar's §1.2.5: n = d·p·t ranks, each with a coordinate on
+each axis, and per axis the groups of ranks that differ only in their coordinate on it (a rank's
+tp group runs its layers' allreduces, its pp group passes activations between stages, its dp
+group averages gradients). Which rank gets which coordinates is a design decision; the graded
+contract, for any degrees (hidden layouts such as 3 × 1 × 2 or 1 × 5 × 3):
+  * `coords` and `rank_of` are inverse, every coordinate within its degree;
+  * `groups(axis)` (given, from `coords`) then partitions the ranks into groups of the axis's
+    degree, each listed in the order of its members' coordinate on the axis, so that a rank's
+    position in its group (`dist.get_rank(group)`) is its coordinate;
+  * ranks are numbered node by node (a node of g GPUs holds ranks [k·g, (k+1)·g)), and a tp
+    group must be consecutive ranks, so that a node holds whole tp groups whenever tp divides g:
+    why, and where pp and dp then go, is the handout's written question on the cluster;
+  * `build` gives every rank its `Mesh` with real groups: a sum over `mesh.tp_group` is the sum
+    over the ranks of `mesh.tp_ranks`, and so for every axis.
+The seed's example (training-speedup lecture, "3D Parallelism") has 32 GPUs as 4 TP × 4 PP × 2
+DP. Megatron-LM and torchtitan (`ParallelDims`, a torch DeviceMesh over ("pp", "dp", ..., "tp"))
+validate their degrees the same way; our mesh is plain process groups.
 
     dims = ParallelDims(dp=2, pp=1, tp=2)
     dims.coords(rank)                 # Coords(dp=.., pp=.., tp=..): pure, no process group needed
@@ -86,13 +91,20 @@ class ParallelDims:
         return self
 
     def coords(self, rank: int) -> Coords:
+        """`rank`'s coordinate on each axis (module docstring: the contract). Pure: no process group."""
         if not 0 <= rank < self.world_size:
             raise ValueError(f"ParallelDims: rank {rank} is outside 0..{self.world_size - 1}")
+        # BEGIN SOLUTION
         dp = rank // (self.pp * self.tp)
-        return Coords(dp=dp, pp=rank // self.tp % self.pp, tp=rank % self.tp, ep=dp % self.ep, edp=dp // self.ep)
+        pp, tp = rank // self.tp % self.pp, rank % self.tp
+        # END SOLUTION
+        return Coords(dp=dp, pp=pp, tp=tp, ep=dp % self.ep, edp=dp // self.ep)
 
     def rank_of(self, *, dp: int, pp: int, tp: int) -> int:
+        """The rank at coordinates (dp, pp, tp): the inverse of `coords`."""
+        # BEGIN SOLUTION
         return (dp * self.pp + pp) * self.tp + tp
+        # END SOLUTION
 
     def groups(self, axis: str) -> list[list[int]]:
         """The rank lists of `axis` (one of AXES or EP_AXES): ranks that differ only in their
@@ -113,19 +125,32 @@ class ParallelDims:
             raise RuntimeError("ParallelDims.build needs a process group: run inside scaletrain.launch.spawn "
                                "or under torchrun")
         self.validate(dist.get_world_size())
-        rank, timeout = dist.get_rank(), datetime.timedelta(seconds=timeout_s)
-        mine: dict[str, Any] = {}
-        axes = reversed(AXES + (EP_AXES if self.ep > 1 else ()))
-        for axis in axes:  # same order on every rank: new_group is collective
-            for ranks in self.groups(axis):
-                group = dist.new_group(ranks, timeout=timeout)
-                if rank in ranks:
-                    mine[axis] = (group, ranks)
+        rank = dist.get_rank()
+        mine = self.new_groups(AXES + (EP_AXES if self.ep > 1 else ()), timeout=datetime.timedelta(seconds=timeout_s))
         mine.setdefault("ep", (None, [rank]))
         mine.setdefault("edp", mine["dp"])
         return Mesh(dims=self, rank=rank, coords=self.coords(rank),
                     **{f"{a}_group": mine[a][0] for a in AXES + EP_AXES},
                     **{f"{a}_ranks": tuple(mine[a][1]) for a in AXES + EP_AXES})
+
+    def new_groups(self, axes: tuple[str, ...], *, timeout: datetime.timedelta) -> dict[str, tuple[Any, list[int]]]:
+        """Create the process group of every group of every axis in `axes` (`groups(axis)`, each with
+        `timeout`) and return this rank's: {axis: (its group, the group's ranks)}.
+
+        Called by every rank of the world (`build`). `torch.distributed.new_group` is a collective of
+        the whole world, even for ranks outside the new group (its docstring): what each rank calls,
+        and in which order, decides whether the groups come out right or the ranks wait on each
+        other until `timeout`.
+        """
+        # BEGIN SOLUTION
+        rank, mine = dist.get_rank(), {}
+        for axis in axes:
+            for ranks in self.groups(axis):
+                group = dist.new_group(ranks, timeout=timeout)
+                if rank in ranks:
+                    mine[axis] = (group, ranks)
+        return mine
+        # END SOLUTION
 
 
 @dataclass(frozen=True, kw_only=True)

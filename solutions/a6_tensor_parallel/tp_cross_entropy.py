@@ -6,7 +6,10 @@ the vocabulary, (N, V/t) per rank. Gathering them would move and hold N·V numbe
 GPT-2 vocabulary of 50257 and 8192 tokens, 1.6 GB in fp32, more than all the layers' activations.
 Instead, each rank works on its own (N, V/t) slice and the ranks exchange only per-row numbers:
 which ones follow from writing the loss of a row as reductions over the vocabulary (the
-log-sum-exp form, stabilized by the row's maximum), each of which splits over the ranks. What is
+log-sum-exp form, stabilized by the row's maximum), each of which splits over the ranks. Three
+per-row quantities must come out the same on every rank, whichever rank's columns they come from:
+the stabilizing maximum, the target's logit (only one rank holds it) and the normalizer (the sum of
+exponentials over all V). Which collective makes each one global is yours to choose. What is
 graded (the handout, "How it is graded"): the loss equals `F.cross_entropy` on the whole logits on
 every rank, at hidden irregular N, V and t; its gradient equals the whole-logits gradient on this
 rank's columns; no tensor made inside the loss holds more than N·V/t elements. The backward

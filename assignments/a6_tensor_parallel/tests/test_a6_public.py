@@ -18,10 +18,13 @@ from autograder.checks import student_module
 from scaletrain.comm import comm_counter
 from scaletrain.launch import spawn
 from scaletrain.memory_measure import track_saved_tensors
-from scaletrain.testing import assert_close
+from scaletrain.testing import assert_close, expect_equal
 
 P = 2
-STEMS = ("tp_operators", "tp_layers", "tp_cross_entropy", "tp_sequence")
+STEMS = ("tp_operators", "tp_layers", "tp_cross_entropy", "tp_sequence", "tp_mesh")
+AXES = ("dp", "pp", "tp")
+GRIDS = ((2, 2, 2), (3, 1, 2), (1, 3, 4), (2, 3, 1))  # (dp, pp, tp); the grader's are hidden, up to 48 ranks
+BUILDS = ((2, 1, 2), (1, 2, 2))                        # on 4 spawned ranks
 for _stem in STEMS:
     student_module(_stem, default=__file__)  # an import error shows here, before any rank starts
 
@@ -239,3 +242,67 @@ def test_task6_2_gpt_equals_one_process():
 def test_task6_4_gpt_with_sequence_parallelism_equals_one_process():
     """Scored under 6.4 by the grader; runs all four of your files."""
     _run("gpt-sp")
+
+
+def _grid(layout):
+    """Every rank's (dp, pp, tp) and each axis's groups, from your ParallelDims, checked as the grader does."""
+    dims = student_module("tp_mesh").ParallelDims(dp=layout[0], pp=layout[1], tp=layout[2])
+    n, at = dims.world_size, f"ParallelDims(dp={layout[0]}, pp={layout[1]}, tp={layout[2]})"
+    coords = [(c.dp, c.pp, c.tp) for c in map(dims.coords, range(n))]
+    for r, c in enumerate(coords):
+        assert all(0 <= v < d for v, d in zip(c, layout)), f"{at}.coords({r}) = {c}: outside the degrees {layout}"
+        expect_equal(dims.rank_of(dp=c[0], pp=c[1], tp=c[2]), r, what=f"{at}.rank_of{c} (coords({r}) = {c})")
+    groups = {axis: dims.groups(axis) for axis in AXES}
+    for k, axis in enumerate(AXES):
+        expect_equal(sorted(r for g in groups[axis] for r in g), list(range(n)),
+                     what=f"{at}: the ranks of the {axis} groups, sorted (each rank exactly once)")
+        for g in groups[axis]:
+            expect_equal([coords[r][k] for r in g], list(range(layout[k])),
+                         what=f"{at}: the {axis} coordinates of the {axis} group {g} (position = coordinate)")
+    return coords, groups
+
+
+@pytest.mark.task6_5
+def test_task6_5_grid_coords_rank_of_and_groups():
+    for layout in GRIDS:
+        _grid(layout)
+
+
+@pytest.mark.task6_5
+def test_task6_5_tp_groups_are_consecutive_ranks_inside_a_node():
+    for layout in GRIDS:
+        tp = layout[2]
+        for g in _grid(layout)[1]["tp"]:
+            expect_equal(g, list(range(g[0] // tp * tp, g[0] // tp * tp + tp)),
+                         what=f"grid {layout}: a tp group (consecutive ranks from a multiple of tp = {tp})")
+
+
+def _build_rank(rank, world_size):
+    import torch.distributed as dist
+    from scaletrain.tp.collectives import allreduce
+    out = {}
+    for layout in BUILDS:
+        mesh = student_module("tp_mesh").ParallelDims(dp=layout[0], pp=layout[1], tp=layout[2]).build(timeout_s=30)
+        for axis in AXES:
+            mark = torch.zeros(world_size)
+            mark[rank] = rank + 1
+            total = allreduce(mark, getattr(mesh, f"{axis}_group"), "ring")
+            out[layout, axis] = ([i for i, v in enumerate(total.tolist()) if v == i + 1],
+                                 list(getattr(mesh, f"{axis}_ranks")), dist.get_rank(getattr(mesh, f"{axis}_group")),
+                                 getattr(mesh.coords, axis))
+    return out
+
+
+@pytest.mark.task6_5
+def test_task6_5_build_gives_every_rank_real_groups():
+    for rank, out in enumerate(spawn(_build_rank, 4, timeout_s=90)):
+        for layout in BUILDS:
+            coords, groups = _grid(layout)
+            for k, axis in enumerate(AXES):
+                reached, ranks, position, coordinate = out[layout, axis]
+                mine = next(g for g in groups[axis] if rank in g)
+                at = f"grid {layout}, rank {rank}, mesh.{axis}_group"
+                expect_equal(ranks, mine, what=f"{at}: mesh.{axis}_ranks against groups('{axis}')")
+                expect_equal(reached, mine, what=f"{at}: the ranks a sum over the group reached")
+                expect_equal(position, coords[rank][k], what=f"{at}: the rank's position in the group")
+                expect_equal(coordinate, coords[rank][k], what=f"{at}: mesh.coords.{axis}")
