@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from scaletrain.bench import BENCHMARKS, DISTRIBUTED
+from scaletrain.bench_cli import distributed
 
 pytestmark = pytest.mark.slow
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
@@ -48,7 +48,7 @@ def test_spawn_under_torchrun_gathers_every_rank_result(tmp_path):
 def test_every_distributed_benchmark_runs_quick_under_torchrun(tmp_path):
     run = _torchrun(["-m", "scaletrain.bench", "all", "--quick"], tmp_path)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    names = [n for n in BENCHMARKS if n in DISTRIBUTED]
+    names = distributed()
     for name in names:
         assert run.stdout.count(f"=== {name} ===") == 1, f"{name}: printed by exactly one rank"
     assert "=== kernels ===" not in run.stdout, "single-process benchmarks are left out under torchrun"

@@ -1,4 +1,5 @@
-"""The timing protocol every benchmark and speed check uses, and the `python -m scaletrain.bench` entry.
+"""The timing protocol every benchmark and speed check uses, and the `python -m scaletrain.bench` entry
+(the benchmarks themselves are discovered by `scaletrain.bench_cli`).
 
 Protocol (DESIGN.md, "Performance evidence"):
   * warm-up runs first (allocator, caches, lazy init, Triton/CUDA compilation);
@@ -16,8 +17,6 @@ the link's peak whatever p is.
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import os
 import statistics
 import sys
@@ -28,8 +27,10 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from scaletrain.bench_cli import main
+
 __all__ = ["Timing", "Comparison", "quantile", "time_fn", "compare", "compare_many", "gbps", "busbw", "BUSBW_FACTOR",
-           "format_table", "out_dir", "save_figure", "world_sizes", "BENCHMARKS", "DISTRIBUTED", "main"]
+           "format_table", "out_dir", "save_figure", "world_sizes", "main"]
 
 
 @dataclass(frozen=True)
@@ -273,46 +274,6 @@ def world_sizes(requested: str | None, default: str, *, multiple_of: int = 1) ->
         need = f" and a multiple of {multiple_of}" if multiple_of > 1 else ""
         raise ValueError(f"world size {bad[0]} does not fit this benchmark: p must be >= 2{need}")
     return sizes
-
-
-# name -> module with `main(argv: list[str]) -> int`; each lives beside the code it measures.
-BENCHMARKS = {
-    "kernels": "scaletrain.ops.benchmark",
-    "attention": "scaletrain.ops.attention_benchmark",
-    "allreduce": "scaletrain.comm.benchmark",
-    "ddp": "scaletrain.dp.benchmark",
-    "pipeline": "scaletrain.pipeline.benchmark",
-    "zero": "scaletrain.zero.benchmark",
-    "tp": "scaletrain.tp.benchmark",
-    "memory": "scaletrain.checkpointing.benchmark",
-    "compression": "scaletrain.compression.benchmark",
-    "moe": "scaletrain.moe.benchmark",
-}
-DISTRIBUTED = ("allreduce", "ddp", "pipeline", "zero", "tp", "compression", "moe")  # spawn ranks: what `all` runs under torchrun
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m scaletrain.bench <name|all> [options]`. Under torchrun every rank runs the
-    benchmark (its ranks are torchrun's processes); only rank 0 prints and writes plots."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in (*BENCHMARKS, "all"):
-        known = ", ".join(BENCHMARKS)
-        bad = f"unknown benchmark {argv[0]!r}. " if argv and argv[0] not in ("-h", "--help") else ""
-        print(f"{bad}usage: python -m scaletrain.bench <{known}|all> [options]\n"
-              "Each prints a table (median, p20, p80, ratio to the baseline measured in the same run)\n"
-              "and saves a plot under ./bench_out (or $SCALETRAIN_BENCH_OUT). `all` runs each in turn,\n"
-              "passing on the options (e.g. --quick); under torchrun, the distributed ones.", file=sys.stderr)
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
-    from scaletrain.launch import is_primary, under_torchrun
-
-    names = [argv[0]] if argv[0] != "all" else [n for n in BENCHMARKS if n in DISTRIBUTED or not under_torchrun()]
-    code = 0
-    with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(sys.stdout if is_primary() else devnull):
-        for name in names:
-            if len(names) > 1:
-                print(f"\n=== {name} ===", flush=True)
-            code = max(code, int(importlib.import_module(BENCHMARKS[name]).main(argv[1:]) or 0))
-    return code
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ from scaletrain.comm.ring import ring_allreduce, ring_reduce_scatter, segment_bo
 from scaletrain.launch import RankError, pick_backend, spawn
 from scaletrain.student_code import for_ranks
 
+DISTRIBUTED = True  # spawns ranks: `python -m scaletrain.bench all` runs it under torchrun
 SIZES = tuple(4 << (10 + 2 * k) for k in range(8))  # 4 KiB, 16 KiB, ..., 64 MiB
 QUICK_SIZES = (4 << 10, 256 << 10, 4 << 20, 16 << 20)
 COLUMNS = ["p", "size", "ring ms", "p20", "p80", "backend ms", "ring/backend", "ratio p20-p80",

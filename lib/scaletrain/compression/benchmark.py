@@ -52,6 +52,7 @@ from scaletrain.dp.naive import broadcast_module
 from scaletrain.launch import spawn
 from scaletrain.models import GPT, GPTConfig
 
+DISTRIBUTED = True  # spawns ranks: `python -m scaletrain.bench all` runs it under torchrun
 CFG = GPTConfig(n_layer=2, n_embd=64, n_head=4, block_size=64)
 BATCH_PER_RANK = 8
 CAP_MB = 1.0

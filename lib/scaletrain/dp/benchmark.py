@@ -38,6 +38,7 @@ from scaletrain.dp.naive import NaiveDataParallel
 from scaletrain.launch import spawn
 from scaletrain.models import GPT, GPTConfig, make_batch
 
+DISTRIBUTED = True  # spawns ranks: `python -m scaletrain.bench all` runs it under torchrun
 CFG = GPTConfig(n_layer=4, n_embd=128, n_head=4, block_size=64)  # 0.83 M parameters, 3.2 MiB
 BATCH_PER_RANK = 8
 DDP_ROW = "torch DDP"  # the baseline, a row of the table

@@ -42,6 +42,7 @@ from scaletrain.moe.gpt import MoEGPT, moe_block_indices
 from scaletrain.moe.grouped_gemm import grouped_mm, grouped_mm_loop, grouped_mm_padded
 from scaletrain.moe.layer import MoEConfig
 
+DISTRIBUTED = True  # spawns ranks: `python -m scaletrain.bench all` runs it under torchrun
 A2A_BASELINE, GEMM_BASELINE, MODEL_BASELINE = "gloo all_to_all_single", "loop", "dense"
 HIDDEN = 256  # all-to-all rows of 256 fp32: 1 KiB, a token's hidden vector at h = 256
 GEMM_CASES = [(8, 4096, 128, 512), (32, 4096, 128, 512)]  # E, N rows, K, F

@@ -44,6 +44,8 @@ from scaletrain.pipeline.fit import costs_from_timeline, sampled_bubble
 from scaletrain.pipeline.schedules import SCHEDULES
 from scaletrain.pipeline.simulate import bubble_of, closed_form_bubble, simulate
 
+DISTRIBUTED = True  # spawns ranks: `python -m scaletrain.bench all` runs it under torchrun
+
 # the schedules measured, by their name in SCHEDULES, in table order -> v, chunks per rank
 CHUNKS = {"gpipe": 1, "1f1b": 1, "zb_h1": 1, "interleaved": 2}
 

@@ -38,6 +38,7 @@ from scaletrain.tp.activations import block_activation_bytes
 from scaletrain.tp.gpt import allreduce_sequence_parallel_grads, parallelize
 from scaletrain.tp.torch_twin import saved_bytes_at_forward_end, torch_parallelize, twin_of, twin_step
 
+DISTRIBUTED = True  # spawns ranks: `python -m scaletrain.bench all` runs it under torchrun
 CFG = GPTConfig(vocab_size=256, block_size=64, n_layer=4, n_head=8, n_embd=128)
 QUICK_CFG = GPTConfig(vocab_size=96, block_size=16, n_layer=2, n_head=4, n_embd=32)
 BATCH, QUICK_BATCH = 4, 2

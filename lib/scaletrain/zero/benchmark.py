@@ -36,6 +36,7 @@ from scaletrain.models import GPT, GPTConfig, make_batch
 from scaletrain.zero.engine import ZeRO
 from scaletrain.zero.stages import stage_facts
 
+DISTRIBUTED = True  # spawns ranks: `python -m scaletrain.bench all` runs it under torchrun
 CFG = GPTConfig(vocab_size=256, block_size=64, n_layer=4, n_head=4, n_embd=128)
 QUICK_CFG = GPTConfig(vocab_size=256, block_size=32, n_layer=2, n_head=4, n_embd=64)
 BASELINE = "torch ZeRO-1+DDP"
