@@ -15,10 +15,8 @@ Nothing here knows an expected value: references and verdicts are in autograder/
 
 from __future__ import annotations
 
-import re
-
 from autograder.checks import forbid_calls, forbid_collectives, student_module
-from autograder.probes.common import install_send_counter
+from autograder.probes.common import install_send_counter, run_jobs, spawn_ranks
 from autograder.wire import short
 
 STEMS = ("moe_router", "moe_losses", "moe_capacity", "moe_dispatch", "moe_all_to_all")
@@ -197,7 +195,7 @@ RUNNERS = {"a2a": _a2a, "ep": _ep}
 
 
 def _rank(rank: int, world_size: int, jobs: list, pg_timeout_s: float) -> dict:
-    """Every job on this rank: {job name: {"ok": outputs} | {"error": [type, message]} | {"idle": True}}."""
+    """Every job on this rank (`run_jobs`): the group of a job of size p is the first p ranks."""
     import datetime
 
     import torch.distributed as dist
@@ -206,40 +204,13 @@ def _rank(rank: int, world_size: int, jobs: list, pg_timeout_s: float) -> dict:
     mods = tuple(student_module(stem) for stem in STEMS)
     timeout = datetime.timedelta(seconds=pg_timeout_s)
     groups = {p: dist.new_group(list(range(p)), timeout=timeout) for p in range(1, world_size + 1)}
-    out, hung, together = {}, None, True
-    for job in jobs:
-        name, p = job["name"], job["p"]
-        if hung:
-            out[name] = {"error": ["TimeoutError", f"rank {rank}: not run, an earlier job deadlocked ({hung})"]}
-        elif rank >= p:
-            out[name] = {"idle": True}
-        else:
-            try:
-                with forbid_collectives(*mods), forbid_calls(*P2P_BATCH, modules=mods):
-                    out[name] = {"ok": RUNNERS[job["kind"]](job, rank, groups[p], sent)}
-            except Exception as exc:  # noqa: BLE001 - each job's failure is data for the trusted side
-                first = str(exc).splitlines()[0] if str(exc) else ""
-                timed_out = "timed out" in first.lower() or "timeout" in first.lower()
-                kind = "TimeoutError" if timed_out else type(exc).__name__
-                out[name] = {"error": [kind if re.fullmatch(r"\w+", kind) else "Exception",
-                                       f"rank {rank}: {short(first, 600)}"]}
-                hung = name if kind == "TimeoutError" else None
-        if together:  # the ranks start each job together (ranks >= p idle through it)
-            try:
-                dist.barrier()
-            except Exception:  # noqa: BLE001 - a peer gone: each rank finishes on its own
-                together = False
-    return out
+
+    def run(job):
+        with forbid_collectives(*mods), forbid_calls(*P2P_BATCH, modules=mods):
+            return RUNNERS[job["kind"]](job, rank, groups[job["p"]], sent)
+    return run_jobs(rank, jobs, run, size_key="p")
 
 
 def run_ranks(jobs: list, world_size: int, pg_timeout_s: float, timeout_s: float) -> list:
     """The jobs on `world_size` spawned ranks: one dict per rank (see `_rank`)."""
-    from scaletrain.launch import RankError, spawn
-
-    try:
-        return spawn(_rank, world_size, jobs, pg_timeout_s, timeout_s=timeout_s)
-    except RankError as exc:
-        first = (exc.message or "").splitlines()[0] if exc.message else ""
-        kind = exc.exc_type if re.fullmatch(r"\w+", str(exc.exc_type)) else "RankFailure"
-        known = {"NotImplementedError": NotImplementedError, "AssertionError": AssertionError}
-        raise known.get(kind, type(kind, (Exception,), {}))(f"rank {exc.rank}: {first}") from None
+    return spawn_ranks(_rank, world_size, jobs, pg_timeout_s, timeout_s=timeout_s, stems=STEMS)

@@ -83,19 +83,6 @@ def _judge_ep(job, got, ref, r, check) -> None:
                                         "rank's tokens they served)")
 
 
-def _rank_failure(job: dict, per_rank: list) -> Exception | None:
-    """A rank's own error before a timeout its peer saw waiting for it, rebuilt for `classify`."""
-    from autograder.untrusted import StudentCrash
-    errors = [out[job["name"]]["error"] for out in per_rank[:job["p"]] if "error" in out.get(job["name"], {})]
-    if not errors:
-        return None
-    own = [e for e in errors if e[0] != "TimeoutError" and "gloo" not in e[1] and "Connection closed" not in e[1]]
-    kind, message = (own or [e for e in errors if e[0] == "TimeoutError"] or errors)[0]
-    known = {"AssertionError": AssertionError, "NotImplementedError": NotImplementedError,
-             "Flagged": checks.Flagged, "TimeoutError": TimeoutError}
-    return known[kind](message) if kind in known else StudentCrash(f"{kind}: {message}")
-
-
 def group_ranks(ctx):
     import torch
     torch.set_num_threads(1)  # the ranks have the cores
@@ -118,7 +105,7 @@ def group_ranks(ctx):
             if failure is not None:
                 raise failure
             for job in need[name]:
-                problem = _rank_failure(job, per_rank)
+                problem = checks.rank_failure([job], per_rank, size_key="p")
                 if problem is not None:
                     raise problem
                 for r in range(job["p"]):

@@ -27,11 +27,11 @@ def _attacks() -> tuple[Planted, ...]:
 
 
 PLANTED = (
-    Planted("top-k gates not renormalised for k > 1", ROUTER, (_NORMALIZE, ""), groups=("routing", "dispatch"),
-            expect={C_TOPK: "failed", C_CAP: "passed", C_LAYER: "failed"}),
+    Planted("top-k gates not renormalised for k > 1", ROUTER, (_NORMALIZE, ""), groups=("routing",),
+            expect={C_TOPK: "failed", C_CAP: "passed"}),
     Planted("gates detached: the router gets no gradient from the task loss", ROUTER,
-            ("gates=top)", "gates=top.detach())"), groups=("routing", "dispatch"),
-            expect={C_TOPK: "passed", C_TOPK_GRAD: "failed", C_LAYER: "failed"}),
+            ("gates=top)", "gates=top.detach())"), groups=("routing",),
+            expect={C_TOPK: "passed", C_TOPK_GRAD: "failed"}),
     Planted("aux loss with the wrong sign", LOSSES, (_LOSS, "    return -n * (f * p).sum()\n"), groups=("routing",),
             expect={C_LB: "failed", C_LB_GRAD: "failed", C_LB_BOUNDS: "failed", C_TOPK: "passed"}),
     Planted("aux loss without N (wrong scale)", LOSSES, (_LOSS, "    return (f * p).sum()\n"), groups=("routing",),
@@ -43,7 +43,7 @@ PLANTED = (
     Planted("capacity rounded down (floor, not ceil)", CAPACITY, ("math.ceil(", "math.floor("), groups=("routing",),
             expect={C_CAP: "failed", C_KEEP: "passed"}),
     Planted("capacity ignored: every pair kept", CAPACITY, ("kept=position < capacity", "kept=position >= 0"),
-            groups=("routing", "dispatch"), expect={C_KEEP: "failed", C_CAP: "passed", C_LAYER: "failed"}),
+            groups=("routing",), expect={C_KEEP: "failed", C_CAP: "passed"}),
     Planted("pairs ranked token by token (a token's second choice before later first choices)", CAPACITY,
             (("order = experts.t().reshape(-1)", "order = experts.reshape(-1)"),
              ("position = position.view(k, t).t()", "position = position.view(t, k)")),
