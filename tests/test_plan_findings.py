@@ -36,23 +36,34 @@ def test_interleaving_helps_at_small_batch():
 
 
 def test_larger_microbatches_help_until_memory_runs_out():
-    """§5.7 / the seminar's §1.2.5.3: a larger b runs the GEMMs better. Without a pipeline and
-    without recomputation nothing pays for it but memory: the fastest b is the largest that fits."""
+    """§5.7 / the seminar's §1.2.5.3: a larger b never runs a layer slower and costs memory. With
+    the element-wise traffic counted (`rates.py`), Table 1's fit finds GEMMs of b·s >= 2048 tokens
+    at full speed (kappa = 0), so without a pipeline b only trades memory; on a roofline with a
+    slope (kappa > 0, e.g. the fit without the traffic term) a larger b is strictly faster."""
+    from dataclasses import replace
+
+    from scaletrain.plan.efficiency import GemmEfficiency
+
     model = table1_model(1.7)
-    preds = [predict(model, A100, Layout(tp=1, pp=1, dp=32, microbatch=b, global_batch=512, recompute="none"))
-             for b in (1, 2, 4, 8)]
-    fits = [p for p in preds if p.fits]
-    assert 1 <= len(fits) < len(preds)
-    assert all(a.tflops_per_gpu < b.tflops_per_gpu for a, b in zip(preds, preds[1:]))  # faster with b ...
-    best = search(model, A100, 32, 512, recompute=("none",))[0]
-    assert best.layout.microbatch == fits[-1].layout.microbatch  # ... up to the last that fits
-    # with a pipeline a larger b also means fewer microbatches and a larger bubble (Figure 8):
-    # at batch 512 the best b is neither the smallest nor the largest that fits
-    piped = {b: predict(table1_model(145.6), A100, Layout(tp=8, pp=8, dp=1, microbatch=b, global_batch=512,
-                                                             overlap_dp=False)) for b in (1, 2, 4, 8, 16)}
-    fitting = [b for b, p in piped.items() if p.fits]
-    winner = max(fitting, key=lambda b: piped[b].tflops_per_gpu)
-    assert fitting[0] < winner < fitting[-1]
+    for cluster in (A100, replace(A100, efficiency=GemmEfficiency(a=1.62, kappa=216.0))):
+        preds = [predict(model, cluster, Layout(tp=1, pp=1, dp=32, microbatch=b, global_batch=512, recompute="none"))
+                 for b in (1, 2, 4, 8)]
+        fits = [p for p in preds if p.fits]
+        assert 1 <= len(fits) < len(preds)
+        assert all(a.tflops_per_gpu <= b.tflops_per_gpu * (1 + 1e-12) for a, b in zip(preds, preds[1:]))
+        if cluster.efficiency.kappa:  # strictly faster with b, up to the last that fits
+            assert all(a.tflops_per_gpu < b.tflops_per_gpu for a, b in zip(preds, preds[1:]))
+            best = search(model, cluster, 32, 512, recompute=("none",))[0]
+            assert best.layout.microbatch == fits[-1].layout.microbatch
+    # with a pipeline a larger b also means fewer microbatches and a larger bubble (Figure 8): on
+    # the sloped roofline the best b at batch 512 is neither the smallest nor the largest that
+    # fits; on the preset, whose GEMMs gain nothing from b, the bubble makes b = 1 the best
+    for cluster, interior in ((replace(A100, efficiency=GemmEfficiency(a=1.62, kappa=216.0)), True), (A100, False)):
+        piped = {b: predict(table1_model(145.6), cluster, Layout(tp=8, pp=8, dp=1, microbatch=b, global_batch=512,
+                                                                  overlap_dp=False)) for b in (1, 2, 4, 8, 16)}
+        fitting = [b for b, p in piped.items() if p.fits]
+        winner = max(fitting, key=lambda b: piped[b].tflops_per_gpu)
+        assert (fitting[0] < winner < fitting[-1]) if interior else winner == fitting[0]
 
 
 @pytest.mark.parametrize("name,gpus,batch", [("175B", 1024, 1536), ("39.1B", 512, 1536), ("310.1B", 1920, 2160),

@@ -29,10 +29,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from scaletrain.memory import activation_bytes, zero_memory_per_rank
+from scaletrain.memory import zero_memory_per_rank
 from scaletrain.plan.specs import ClusterSpec, Layout, ModelSpec, check_layout
 
-__all__ = ["MemoryEstimate", "params_per_layer", "params_on_first_rank", "layer_activation_bytes",
+__all__ = ["MemoryEstimate", "params_per_layer", "params_on_rank", "params_on_first_rank", "layer_activation_bytes",
            "in_flight_microbatches", "memory_per_gpu"]
 
 LOGIT_BYTES = 4  # the loss softmax runs in fp32 over the rank's V/t logits
@@ -58,20 +58,31 @@ class MemoryEstimate:
 
 def params_per_layer(model: ModelSpec, tp: int) -> int:
     """Parameters of one layer on one tensor rank (Megatron's split, Shoeybi et al. 2019, §3): the
-    QKV and first MLP GEMMs split by columns (weights and biases /t), the output projection and
-    second MLP by rows (weights /t, biases whole), both LayerNorms whole: 12h²/t + 7h/t + 6h.
-    At t = 1 this is a0's 12h² + 13h."""
-    h = model.hidden
-    return (12 * h * h + 7 * h) // tp + 6 * h
+    QKV and first MLP GEMMs (up, and gate under SwiGLU) split by columns (weights and biases /t),
+    the output projection and the MLP's down projection by rows (weights /t, biases whole), both
+    norms whole. GPT-3: 12h²/t + 7h/t + 6h; at t = 1 any model's `ModelSpec.layer_params`."""
+    h, f = model.hidden, model.ffn
+    row_biases = 2 * h if model.biases else 0
+    return (model.layer_params - row_biases - 2 * model.norm_params) // tp + row_biases + 2 * model.norm_params
+
+
+def params_on_rank(model: ModelSpec, layout: Layout, rank: int = 0) -> int:
+    """Ψ_rank: parameters on pipeline rank `rank`, tensor rank 0: its stage's layers; on the first
+    stage the word embedding split over the vocabulary (V·h/t) and the position table (whole); on
+    the last the final norm and, untied, the output head (V·h/t; tied, the head *is* the embedding,
+    whose gradient Megatron sums over the first and last stage)."""
+    h, t = model.hidden, layout.tp
+    total = layout.stage_layers(model)[rank] * params_per_layer(model, t)
+    if rank == 0:
+        total += model.vocab * h // t + (model.seq * h if model.learned_positions else 0)
+    if rank == layout.pp - 1:
+        total += model.norm_params + (0 if model.tied_embeddings else model.vocab * h // t)
+    return total
 
 
 def params_on_first_rank(model: ModelSpec, layout: Layout) -> int:
-    """Ψ_rank: parameters on pipeline rank 0, tensor rank 0. The word embedding is split over the
-    vocabulary (V·h/t), positions (s·h) are whole; with p = 1 the rank also holds the final
-    LayerNorm (the output layer is the tied embedding)."""
-    embedding = model.vocab * model.hidden // layout.tp + model.seq * model.hidden
-    final_norm = 2 * model.hidden if layout.pp == 1 else 0
-    return model.layers // layout.pp * params_per_layer(model, layout.tp) + embedding + final_norm
+    """Ψ_rank of pipeline rank 0 (`params_on_rank`)."""
+    return params_on_rank(model, layout, 0)
 
 
 def layer_activation_bytes(model: ModelSpec, layout: Layout) -> int:
@@ -79,50 +90,69 @@ def layer_activation_bytes(model: ModelSpec, layout: Layout) -> int:
     (module docstring: Korthikanti et al. 2022 §4-5), an int.
 
     Graded exactly (relative 1e-9) for every recomputation mode, with and without sequence
-    parallelism, at irregular t, a, s. What each option changes: sequence parallelism splits
-    the activations that tensor parallelism leaves whole (LayerNorm and dropout inputs) t ways;
-    selective recomputation drops what the attention core keeps (softmax and its dropout);
-    full recomputation keeps only the layer's 16-bit input (split t ways under sequence
-    parallelism). a0's `scaletrain.memory.activation_bytes` is the starting point.
+    parallelism, flash attention and context parallelism, at irregular t, a, s, on GPT-3- and
+    Llama-style models. Start from Korthikanti's §4.1 inventory of what a layer keeps (a0's
+    `scaletrain.memory.activation_bytes` is its multi-head, 4h-MLP form) and redo it tensor by
+    tensor for this model: K and V are h_kv wide under grouped-query attention (`model.kv_hidden`),
+    the MLP keeps what its 2 or 3 matrices need at width f (`model.ffn`; under SwiGLU the gate's
+    and the up projection's outputs and their product). Then, what each option changes: tensor
+    parallelism splits what lies between the column- and row-split GEMMs; sequence parallelism
+    splits t ways what tensor parallelism leaves whole (norm inputs, dropout masks, the inputs of
+    the first GEMMs); selective recomputation and flash attention keep nothing of the attention
+    core's s² scores; full recomputation keeps only the layer's 16-bit input (split t ways under
+    sequence parallelism); context parallelism gives each rank s/c of every sequence's tokens.
+    Pitfall: masks are 1 byte, everything else 2.
     """
     s, b, h, a, t = model.seq, layout.microbatch, model.hidden, model.heads, layout.tp
+    tokens = s * b // layout.cp  # this rank's share of the microbatch's tokens
     raise NotImplementedError('a9 task 9.1: implement `layer_activation_bytes` (see assignments/a9_planning/README.md)')
 
 
-def in_flight_microbatches(*, pp: int, num_microbatches: int, interleave: int = 1) -> int:
-    """Most (chunk, microbatch) pairs rank 0 holds activations for at once (module docstring).
+def in_flight_microbatches(*, pp: int, num_microbatches: int, interleave: int = 1, rank: int = 0) -> int:
+    """Most (chunk, microbatch) pairs pipeline rank `rank` holds activations for at once (module
+    docstring).
 
     interleave=1 is 1F1B, interleave=v > 1 the interleaved schedule (a4's `one_f_one_b`,
-    `interleaved_1f1b`). Graded: equal to `scaletrain.pipeline.peak_in_flight` of rank 0 on the
-    generated schedule, for every p, m, v, including m < p (GPipe-like fill) and v·m below the
-    warm-up. A closed form: no schedule is built here.
+    `interleaved_1f1b`). Graded: equal to `scaletrain.pipeline.peak_in_flight` of the rank on the
+    generated schedule, for every p, m, v and rank, including m < p (GPipe-like fill) and v·m
+    below the warm-up; the warm-up depth, the caps and the ranks past 0 are separate checks. A
+    closed form: no schedule is built here.
     """
     for name, value in (("pp", pp), ("num_microbatches", num_microbatches), ("interleave", interleave)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"in_flight_microbatches: {name} must be a positive int, got {value!r}")
-    p, m, v = pp, num_microbatches, interleave
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < pp:
+        raise ValueError(f"in_flight_microbatches: rank must be an int in [0, pp={pp}), got {rank!r}")
+    p, m, v, r = pp, num_microbatches, interleave, rank
     raise NotImplementedError('a9 task 9.1: implement `in_flight_microbatches` (see assignments/a9_planning/README.md)')
 
 
-def memory_per_gpu(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> MemoryEstimate:
-    """Bytes on pipeline rank 0 of `layout` training `model` on `cluster` (module docstring),
-    each field an int, graded exactly on held-out configurations:
+def memory_per_gpu(model: ModelSpec, cluster: ClusterSpec, layout: Layout, *, rank: int | None = None
+                   ) -> MemoryEstimate:
+    """Bytes on pipeline rank `rank` of `layout` training `model` on `cluster` (module docstring),
+    each field an int, graded exactly on held-out configurations. rank=None: the fullest rank,
+    which is rank 0 when the stages are even (it holds the embedding and the most pairs in
+    flight); with uneven `stages` every rank is looked at.
 
-    params, grads, optimizer   the model states of Ψ_rank = `params_on_first_rank` parameters in
-                               mixed precision with Adam, sharded by the ZeRO stage over the d
-                               data-parallel ranks (ZeRO paper §5; a0's `zero_memory_per_rank`);
-    activations                every (chunk, microbatch) pair in flight keeps the activations of
-                               its chunk's layers; under full recomputation, add the one layer
-                               being recomputed, which holds everything recompute="none" keeps
-                               for a moment;
+    params, grads, optimizer   the model states of Ψ_rank = `params_on_rank` parameters in mixed
+                               precision with Adam, sharded by the ZeRO stage over the d·c ranks
+                               that hold the same weights (ZeRO paper §5; a0's
+                               `zero_memory_per_rank`; context-parallel ranks share weights too);
+    activations                every (chunk, microbatch) pair in flight on the rank keeps the
+                               activations of its chunk's layers; under full recomputation, add
+                               the one layer being recomputed, which holds everything
+                               recompute="none" keeps for a moment;
     buffers                    the cluster's reserved bytes, plus the fp32 logits of one
-                               microbatch over this rank's slice of the vocabulary when rank 0 is
-                               also the last stage (p = 1), plus one layer's 16-bit weights
+                               microbatch over this rank's slice of the vocabulary and of the
+                               sequence on the last stage, plus one layer's 16-bit weights
                                gathered whole under ZeRO-3 (`params_per_layer` of this t).
-    Pitfall: the layers per chunk are l/(p·v), not l/p.
+    Pitfall: a chunk holds the stage's layers / v (the largest chunk when they do not divide).
     """
     check_layout(model, layout)
+    if rank is None:
+        ranks = range(layout.pp) if layout.stages is not None else (0,)
+        return max((memory_per_gpu(model, cluster, layout, rank=r) for r in ranks), key=lambda e: e.total)
     t = layout.tp
-    layers_per_chunk = model.layers // (layout.pp * layout.interleave)
-    psi = params_on_first_rank(model, layout)
+    layers_per_chunk = -(-layout.stage_layers(model)[rank] // layout.interleave)
+    psi = params_on_rank(model, layout, rank)
     raise NotImplementedError('a9 task 9.1: implement `memory_per_gpu` (see assignments/a9_planning/README.md)')

@@ -18,6 +18,7 @@ from typing import Callable, Iterable
 
 from scaletrain.plan.prediction import Prediction, predict
 from scaletrain.plan.specs import ClusterSpec, Layout, ModelSpec, check_layout
+from scaletrain.plan.stages import stage_options
 
 __all__ = ["divisors", "candidate_layouts", "search", "MICROBATCHES"]
 
@@ -34,25 +35,26 @@ def divisors(n: int) -> list[int]:
 def candidate_layouts(model: ModelSpec, cluster: ClusterSpec, gpus: int, global_batch: int, *,
                       microbatches: Iterable[int] = MICROBATCHES, interleaves: Iterable[int] | None = None,
                       zero: Iterable[int] = (0,), recompute: Iterable[str] = ("full",),
-                      sequence_parallel: Iterable[bool] = (False,), overlap_dp: bool = True) -> list[Layout]:
+                      sequence_parallel: Iterable[bool] = (False,), overlap_dp: bool = True,
+                      cps: Iterable[int] = (1,), uneven_stages: bool = False, flash_attention: bool = False,
+                      overlap_pp: bool = False) -> list[Layout]:
     """Every layout of `gpus` GPUs that can run `model` at `global_batch` (fitting or not): the
     space of the module docstring (Narayanan et al. 2021 §3), each layout once, in any order.
 
-    Graded as a set against the reference on hidden models, GPU counts and options: every
-    (t, p, d) with t·p·d = gpus, every microbatch in `microbatches`, every v in `interleaves`
-    (default: every v that can split the layers of a pipeline stage), every ZeRO stage,
-    recomputation and sequence-parallel option given, that `Layout` and `check_layout` (for
-    this GPU count) accept; nothing they reject (the batch must split
-    into whole microbatches per replica, t must divide the heads, p·v the layers, and an
-    interleaved schedule needs a pipeline and m a multiple of p). ValueError if none is left.
-    Pitfall: enumerate only what can be valid; the space of 3072 GPUs is large.
+    Every (t, c, p, d) with t·c·p·d = gpus and c in `cps`, every microbatch in `microbatches`,
+    every v in `interleaves` (default: every v that can split the smallest stage), every ZeRO
+    stage, recomputation and sequence-parallel option given, and as stage maps the even one and,
+    with `uneven_stages`, `stages.stage_options`' uneven one; that `Layout` and `check_layout` (for
+    this GPU count) accept. The switches overlap_dp, flash_attention and overlap_pp are copied
+    into every layout. ValueError if none is left.
     """
     for name, value in (("gpus", gpus), ("global_batch", global_batch)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"candidate_layouts: {name} must be a positive int, got {value!r}")
     microbatches, zero, recompute = tuple(microbatches), tuple(zero), tuple(recompute)
-    sequence_parallel = tuple(sequence_parallel)
+    sequence_parallel, cps = tuple(sequence_parallel), tuple(cps)
     interleaves = None if interleaves is None else tuple(interleaves)
+    switches = dict(overlap_dp=overlap_dp, flash_attention=flash_attention, overlap_pp=overlap_pp)
     raise NotImplementedError('a9 task 9.4: implement `candidate_layouts` (see assignments/a9_planning/README.md)')
     if not found:
         raise ValueError(f"no layout of {gpus} GPUs can run {model.name or 'the model'} (heads={model.heads}, "

@@ -60,7 +60,7 @@ RTOL = 1e-6  # the answers are arithmetic; floats differ by the order of operati
 def _attacks() -> tuple[Planted, ...]:
     """Attacks on the grader itself (issue 13's catalogue, autograder/attacks.py), each in place
     of the interleaved branch of `in_flight_microbatches`: under the trusted split they earn nothing."""
-    ret = "    return min(2 * (p - 1) + (v - 1) * p + 1, v * m)"
+    ret = "    return min(2 * (p - 1 - r) + (v - 1) * p + 1, v * m)"
     call = "in_flight_microbatches(pp=pp, num_microbatches=num_microbatches, interleave=interleave)"
     attacks = function_attacks(checks=[C_FLIGHT, C_MEMORY], module="scaletrain.plan.memory",
                                source=str(REPO / SOURCES[MF]), call=call, keys=("want", "expected", "ref", "peak"))
@@ -113,7 +113,8 @@ MANIFEST = Manifest(
     ),
     planted=(
         Planted("bubble ignored (throughput too high)", TF,
-                ("    bubble = (compute + tp_comm + pp_comm) * f / (1 - f)\n", "    bubble = 0.0\n"), groups=("time",),
+                ("    bubble = (compute + tp_comm + cp_comm + pp_comm) * f / (1 - f)\n", "    bubble = 0.0\n"),
+                groups=("time",),
                 expect={C_TIME: "failed", C_SIM: "failed", C_STAGE: "passed"}),
         Planted("activations of one microbatch instead of the ones in flight", MF,
                 ("    activations = pairs * layers_per_chunk * layer_activation_bytes(model, layout)\n",
@@ -121,7 +122,7 @@ MANIFEST = Manifest(
                 expect={C_MEMORY: "failed", C_PUBLISHED_MEM: "failed", C_FLIGHT: "passed", C_LAYER: "passed"}),
         # issue 27: m < p, a boundary the public test exercises (p = 4, m = 2: GPipe holds only m)
         Planted("in-flight microbatches: p even when m < p (min(p, m) forgotten)", MF,
-                ("        return min(p, m)\n", "        return p\n"), groups=("memory",),
+                ("        return m if m < p else p - r\n", "        return p - r\n"), groups=("memory",),
                 expect={C_FLIGHT: "failed", C_LAYER: "passed"}),
         Planted("tensor-parallel allreduces never leave NVLink", TF,
                 ("    tp_link = _link(cluster, layout.tp_crosses_node(cluster))\n", "    tp_link = cluster.intra\n"),
@@ -139,11 +140,11 @@ MANIFEST = Manifest(
                 ("for layout in layouts) if pred.fits]", "for layout in layouts)]"), groups=("search",),
                 expect={C_SEARCH: "failed", C_CANDIDATES: "passed"}),
         Planted("infinite loop in candidate_layouts", SF,
-                ("            dp = gpus // (tp * pp)\n", "            dp = gpus // (tp * pp)\n            while True:\n"
-                                                         "                pass\n"),
+                ("                dp = gpus // (tp * cp * pp)\n",
+                 "                dp = gpus // (tp * cp * pp)\n                while True:\n                    pass\n"),
                 groups=("search",), timeout_s=30, expect={C_CANDIDATES: "timeout", C_SEARCH: "timeout"}),
         Planted("os._exit in stage_times", TF,
-                ("    layer, logit = layer_forward_flops(model, b), logit_forward_flops(model, b)\n",
+                ("    layer, core = layer_forward_flops(model, b), attention_core_forward_flops(model, b)\n",
                  "    import os; os._exit(3)\n"), groups=("time",),
                 expect={C_STAGE: "error", C_TIME: "passed", C_SIM: "passed", C_TABLE1: "error"}),
         *_attacks(),

@@ -6,11 +6,15 @@
     search(GPT3_175B, a100, gpus=1024, global_batch=1536, top=5)
 
     python -m scaletrain.plan --model 175B --gpus 1024 --cluster a100-80gb
+    python -m scaletrain.plan --model Llama-3-70B --gpus 1024 --cluster h100 --batch 512 --software megatron-2024 --cp 1 2
+    python -m scaletrain.plan validate          # the published runs of 2021-2024 beside the predictions
 
-One idea per file: specs.py (model, cluster, layout), flops.py (eq. 3), efficiency.py (roofline
-of the layer's GEMMs), memory.py, time_model.py, prediction.py, layouts.py (the search),
-published.py (Table 1), calibrate.py (the efficiency fit), clusters.py (presets), local.py (this
-machine, torch), cli.py, demo.py (plots). Pure arithmetic (numpy for the fit) on the course's own pieces:
+One idea per file: model_spec.py (GPT-3- and Llama-style models), specs.py (cluster, layout),
+stages.py (even and uneven pipeline stages), software.py (what each year's stack could run),
+flops.py (eq. 3), efficiency.py (roofline of the layer's GEMMs), rates.py (GEMMs plus element-wise
+traffic), memory.py, time_model.py, prediction.py, layouts.py (the search), published.py (Table 1),
+published_runs.py (runs of 2021-2024), calibrate.py (the efficiency fits), validate.py, clusters.py
+(presets), local.py (this machine, torch), cli.py, demo.py (plots). Pure arithmetic (numpy for the fit) on the course's own pieces:
 `scaletrain.memory` (a0), the α–β model of `scaletrain.comm.cost_model` (a2), the pipeline's
 closed forms (a4). Names load on first use, so importing one file never runs the others.
 """
@@ -25,6 +29,9 @@ _LAZY = {
     "time_breakdown": "time_model", "Prediction": "prediction", "predict": "prediction",
     "search": "layouts", "candidate_layouts": "layouts", "CLUSTERS": "clusters",
     "GPT3_175B": "published", "MODELS": "published", "TABLE1": "published", "PublishedRun": "published",
+    "PUBLISHED": "published_runs", "PublishedConfig": "published_runs", "GPT3_FAMILY": "published_runs",
+    "LLAMA_FAMILY": "published_runs", "SOFTWARE": "software", "Software": "software",
+    "balanced_stages": "stages", "validate_rows": "validate",
 }
 
 __all__ = list(_LAZY)

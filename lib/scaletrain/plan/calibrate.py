@@ -69,7 +69,7 @@ def compare_table1(cluster: ClusterSpec) -> list[dict]:
     return rows
 
 
-def _linear_terms(run: PublishedRun, cluster: ClusterSpec, layout: Layout) -> tuple[float, np.ndarray]:
+def _linear_terms(run, cluster: ClusterSpec, layout: Layout) -> tuple[float, np.ndarray]:
     """(K, A) with predicted seconds = K + A·θ (step 2), read off `predict`."""
     def seconds(a, kappa):
         return predict(run.model, replace(cluster, efficiency=GemmEfficiency(a=a, kappa=kappa)), layout).iteration_s
@@ -125,3 +125,28 @@ def fit_efficiency(cluster: ClusterSpec, runs=TABLE1[:FIT_ROWS], max_rounds: int
         history.append(result)
         layouts = picked
     raise RuntimeError(f"fit_efficiency: the microbatch picks did not settle in {max_rounds} rounds")
+
+
+def fit_a(cluster: ClusterSpec, runs, max_rounds: int = 10) -> GemmEfficiency:
+    """`a` alone, kappa kept from the cluster's preset, on published runs of `published_runs.py`
+    (the H100's: Llama 3 405B on 8,192 GPUs). Least squares of the relative time errors; each run's
+    layout is the planner's pick for it (`validate.best_for_run`), refitted until the picks settle."""
+    from scaletrain.plan.validate import best_for_run
+
+    runs = tuple(runs)
+    if not runs or not all(run.fitted for run in runs):
+        raise ValueError("fit_a: fit only on runs marked fitted in published_runs.py; the others are held out")
+    eff, picked = cluster.efficiency, None
+    for _ in range(max_rounds):
+        layouts = tuple(best_for_run(run, replace(cluster, efficiency=eff)).layout for run in runs)
+        if layouts == picked:
+            return eff
+        picked, num, den = layouts, 0.0, 0.0
+        for run, layout in zip(runs, layouts):
+            def seconds(a):
+                return predict(run.model, replace(cluster, efficiency=replace(eff, a=a)), layout).iteration_s
+            slope = seconds(2.0) - seconds(1.0)
+            k, t_pub = seconds(1.0) - slope, run.published_seconds(layout.recompute)
+            num, den = num + slope / t_pub * (1 - k / t_pub), den + (slope / t_pub) ** 2
+        eff = replace(eff, a=num / den)
+    raise RuntimeError(f"fit_a: the layout picks did not settle in {max_rounds} rounds")

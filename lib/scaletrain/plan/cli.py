@@ -1,4 +1,5 @@
 """`python -m scaletrain.plan --model 175B --gpus 1024 --cluster a100-80gb`: the best layouts, and a plot.
+`python -m scaletrain.plan validate`: every published run of 2021-2024 beside its prediction.
 
 Prints the top layouts that fit (memory per GPU, TFLOP/s per GPU, MFU, where the time goes) and
 writes bench_out/plan_<model>_<gpus>.png: the memory wall of every (t, p) and the time
@@ -15,7 +16,11 @@ from scaletrain.bench import format_table, out_dir
 from scaletrain.plan.clusters import CLUSTERS
 from scaletrain.plan.demo import memory_wall, plan_figure, time_rows
 from scaletrain.plan.published import BATCHES, MODELS, SEQ, VOCAB
+from scaletrain.plan.published_runs import GPT3_FAMILY, LLAMA_FAMILY
+
+PRESETS = GPT3_FAMILY | LLAMA_FAMILY
 from scaletrain.plan.layouts import MICROBATCHES, candidate_layouts, search
+from scaletrain.plan.software import SOFTWARE
 from scaletrain.plan.specs import RECOMPUTE, ModelSpec
 
 __all__ = ["main", "parse_model"]
@@ -25,17 +30,23 @@ def parse_model(text: str) -> ModelSpec:
     """A preset name, or 'l=..,h=..,a=..[,s=..][,V=..]'."""
     if text in MODELS:
         return MODELS[text]
+    if text in PRESETS:
+        return PRESETS[text]
     try:
         fields = dict(part.split("=") for part in text.split(","))
         shape = {"l": "layers", "h": "hidden", "a": "heads", "s": "seq", "V": "vocab"}
         kw = {"seq": SEQ, "vocab": VOCAB} | {shape[k.strip()]: int(v) for k, v in fields.items()}
         return ModelSpec(**kw, name=text)
     except (ValueError, KeyError, TypeError) as exc:
-        raise argparse.ArgumentTypeError(f"--model {text!r}: not a preset ({', '.join(MODELS)}) nor "
+        raise argparse.ArgumentTypeError(f"--model {text!r}: not a preset ({', '.join([*MODELS, *PRESETS])}) nor "
                                          f"'l=..,h=..,a=..[,s=..][,V=..]' ({exc})") from None
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["validate"]:  # python -m scaletrain.plan validate: the published runs, predicted
+        from scaletrain.plan.validate import main as validate_main
+        return validate_main(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m scaletrain.plan", description=__doc__.split("\n")[0])
     ap.add_argument("--model", type=parse_model, default=MODELS["175B"], help="preset or l=..,h=..,a=..")
     ap.add_argument("--gpus", type=int, required=True)
@@ -46,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--recompute", nargs="+", default=["full"], choices=RECOMPUTE)
     ap.add_argument("--sp", action="store_true", help="also try sequence parallelism")
     ap.add_argument("--no-overlap", action="store_true", help="DP reduction after the backward (Megatron 2021)")
+    ap.add_argument("--software", choices=sorted(SOFTWARE), help="search what this generation could run "
+                    "(overrides --zero, --recompute, --sp, --no-overlap)")
+    ap.add_argument("--cp", type=int, nargs="+", default=[1], help="context-parallel degrees to try (2024 software)")
     args = ap.parse_args(argv)
     model, cluster = args.model, CLUSTERS[args.cluster]
     batch = args.batch or BATCHES.get(model.name)
@@ -53,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--batch is needed for {model.name}")
     space = dict(zero=args.zero, recompute=args.recompute, sequence_parallel=(False, True) if args.sp else (False,),
                  overlap_dp=not args.no_overlap)
+    if args.software:
+        space = SOFTWARE[args.software].space(cps=tuple(args.cp))
     try:
         n = len(candidate_layouts(model, cluster, args.gpus, batch, **space))
         best = search(model, cluster, args.gpus, batch, **space)

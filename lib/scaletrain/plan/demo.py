@@ -15,7 +15,7 @@ __all__ = ["MEMORY_PARTS", "TIME_PARTS", "memory_wall", "time_rows", "plot_memor
 
 MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "buffers")
 # (label, seconds from a TimeBreakdown): DP is what is left exposed after the overlap
-TIME_PARTS = (("compute", lambda t: t.compute_s), ("TP comm", lambda t: t.tp_comm_s),
+TIME_PARTS = (("compute", lambda t: t.compute_s), ("TP comm", lambda t: t.tp_comm_s), ("CP comm", lambda t: t.cp_comm_s),
               ("PP comm", lambda t: t.pp_comm_s), ("bubble", lambda t: t.bubble_s),
               ("DP comm (exposed)", lambda t: t.dp_comm_s - t.dp_overlap_s), ("optimizer", lambda t: t.optimizer_s))
 

@@ -17,6 +17,7 @@ from typing import Callable, Iterable
 
 from scaletrain.plan.prediction import Prediction, predict
 from scaletrain.plan.specs import ClusterSpec, Layout, ModelSpec, check_layout
+from scaletrain.plan.stages import stage_options
 
 __all__ = ["divisors", "candidate_layouts", "search", "MICROBATCHES"]
 
@@ -33,41 +34,44 @@ def divisors(n: int) -> list[int]:
 def candidate_layouts(model: ModelSpec, cluster: ClusterSpec, gpus: int, global_batch: int, *,
                       microbatches: Iterable[int] = MICROBATCHES, interleaves: Iterable[int] | None = None,
                       zero: Iterable[int] = (0,), recompute: Iterable[str] = ("full",),
-                      sequence_parallel: Iterable[bool] = (False,), overlap_dp: bool = True) -> list[Layout]:
+                      sequence_parallel: Iterable[bool] = (False,), overlap_dp: bool = True,
+                      cps: Iterable[int] = (1,), uneven_stages: bool = False, flash_attention: bool = False,
+                      overlap_pp: bool = False) -> list[Layout]:
     """Every layout of `gpus` GPUs that can run `model` at `global_batch` (fitting or not): the
     space of the module docstring (Narayanan et al. 2021 §3), each layout once, in any order.
 
-    Graded as a set against the reference on hidden models, GPU counts and options: every
-    (t, p, d) with t·p·d = gpus, every microbatch in `microbatches`, every v in `interleaves`
-    (default: every v that can split the layers of a pipeline stage), every ZeRO stage,
-    recomputation and sequence-parallel option given, that `Layout` and `check_layout` (for
-    this GPU count) accept; nothing they reject (the batch must split
-    into whole microbatches per replica, t must divide the heads, p·v the layers, and an
-    interleaved schedule needs a pipeline and m a multiple of p). ValueError if none is left.
-    Pitfall: enumerate only what can be valid; the space of 3072 GPUs is large.
+    Every (t, c, p, d) with t·c·p·d = gpus and c in `cps`, every microbatch in `microbatches`,
+    every v in `interleaves` (default: every v that can split the smallest stage), every ZeRO
+    stage, recomputation and sequence-parallel option given, and as stage maps the even one and,
+    with `uneven_stages`, `stages.stage_options`' uneven one; that `Layout` and `check_layout` (for
+    this GPU count) accept. The switches overlap_dp, flash_attention and overlap_pp are copied
+    into every layout. ValueError if none is left.
     """
     for name, value in (("gpus", gpus), ("global_batch", global_batch)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"candidate_layouts: {name} must be a positive int, got {value!r}")
     microbatches, zero, recompute = tuple(microbatches), tuple(zero), tuple(recompute)
-    sequence_parallel = tuple(sequence_parallel)
+    sequence_parallel, cps = tuple(sequence_parallel), tuple(cps)
     interleaves = None if interleaves is None else tuple(interleaves)
+    switches = dict(overlap_dp=overlap_dp, flash_attention=flash_attention, overlap_pp=overlap_pp)
     # BEGIN SOLUTION
     found = []
     for tp in divisors(gpus):
-        for pp in divisors(gpus // tp):
-            dp = gpus // (tp * pp)
-            vs = interleaves or (divisors(model.layers // pp) if model.layers % pp == 0 else (1,))
-            for b, v, z, rc, sp in product(microbatches, vs, zero, recompute, sequence_parallel):
-                if global_batch % (b * dp) or (v > 1 and (pp == 1 or global_batch // (b * dp) % pp)):
-                    continue
-                layout = Layout(tp=tp, pp=pp, dp=dp, microbatch=b, global_batch=global_batch, interleave=v,
-                                zero=z, recompute=rc, sequence_parallel=sp, overlap_dp=overlap_dp)
-                try:
-                    check_layout(model, layout, gpus=gpus)
-                except ValueError:
-                    continue
-                found.append(layout)
+        for cp in (c for c in cps if (gpus // tp) % c == 0):
+            for pp in divisors(gpus // (tp * cp)):
+                dp = gpus // (tp * cp * pp)
+                for stages in (stage_options(model.layers, pp) if uneven_stages else [None]):
+                    smallest = min(stages) if stages else model.layers // pp
+                    for b, v, z, rc, sp in product(microbatches, interleaves or divisors(max(smallest, 1)), zero,
+                                                   recompute, sequence_parallel):
+                        try:
+                            layout = Layout(tp=tp, cp=cp, pp=pp, dp=dp, microbatch=b, global_batch=global_batch,
+                                            interleave=v, zero=z, recompute=rc, sequence_parallel=sp,
+                                            stages=stages, **switches)
+                            check_layout(model, layout, gpus=gpus)
+                        except ValueError:
+                            continue
+                        found.append(layout)
     # END SOLUTION
     if not found:
         raise ValueError(f"no layout of {gpus} GPUs can run {model.name or 'the model'} (heads={model.heads}, "

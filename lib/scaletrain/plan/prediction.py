@@ -45,7 +45,8 @@ def predict(model: ModelSpec, cluster: ClusterSpec, layout: Layout, *, gpus: int
     seconds, n = time.iteration_s, layout.gpus
     return Prediction(
         layout=layout, iteration_s=seconds,
-        tflops_per_gpu=iteration_flops(model, layout.global_batch, recompute=layout.recompute) / (seconds * n) / 1e12,
+        tflops_per_gpu=iteration_flops(model, layout.global_batch, recompute=layout.recompute,
+                                       flash_attention=layout.flash_attention) / (seconds * n) / 1e12,
         mfu=model_flops(model, layout.global_batch) / (seconds * n * cluster.peak_flops),
         tokens_per_s=layout.global_batch * model.seq / seconds,
         memory_per_gpu_bytes=memory.total, fits=memory.total <= cluster.hbm_bytes, memory=memory, time=time)

@@ -40,11 +40,13 @@ from dataclasses import dataclass
 
 from scaletrain.comm.cost_model import predict as ring_seconds
 from scaletrain.pipeline import closed_form_bubble
-from scaletrain.plan.flops import attention_core_forward_flops, layer_forward_flops, layer_gemms, logit_forward_flops
-from scaletrain.plan.memory import params_on_first_rank
+from scaletrain.plan.flops import attention_core_forward_flops, layer_forward_flops, logit_forward_flops
+from scaletrain.plan.rates import layer_rate
+from scaletrain.plan.memory import params_on_rank
 from scaletrain.plan.specs import ClusterSpec, Layout, ModelSpec, check_layout
 
-__all__ = ["StageTimes", "TimeBreakdown", "stage_times", "time_breakdown", "OPTIMIZER_BYTES_PER_PARAM"]
+__all__ = ["StageTimes", "TimeBreakdown", "stage_times", "time_breakdown", "slowest_stage", "cp_ring_seconds",
+           "OPTIMIZER_BYTES_PER_PARAM"]
 
 # mixed-precision Adam per parameter: read fp32 master, m, v and the 16-bit gradient (14 B), write
 # master, m, v and the 16-bit weight (14 B)
@@ -59,16 +61,18 @@ class StageTimes:
     backward_s: float     # backward compute (2 passes) plus the recomputed forward
     tp_forward_s: float   # tensor-parallel allreduces inside the forward
     tp_backward_s: float  # ... inside the backward and the recomputation
-    message_s: float      # one pipeline message (0 without a pipeline)
+    message_s: float      # one pipeline message (0 without a pipeline, or hidden by overlap_pp)
+    cp_forward_s: float = 0.0   # the context-parallel ring's exposed time in the forward
+    cp_backward_s: float = 0.0  # ... in the backward and the recomputation
 
     @property
     def forward_action_s(self) -> float:
-        """An F action as the simulator sees it: compute, its allreduces, its send."""
-        return self.forward_s + self.tp_forward_s + self.message_s
+        """An F action as the simulator sees it: compute, its collectives, its send."""
+        return self.forward_s + self.tp_forward_s + self.cp_forward_s + self.message_s
 
     @property
     def backward_action_s(self) -> float:
-        return self.backward_s + self.tp_backward_s + self.message_s
+        return self.backward_s + self.tp_backward_s + self.cp_backward_s + self.message_s
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,10 +85,11 @@ class TimeBreakdown:
     dp_comm_s: float      # the whole reduction (or ZeRO-3's gathers)
     dp_overlap_s: float   # the part of it hidden behind compute
     optimizer_s: float
+    cp_comm_s: float = 0.0  # the context-parallel rings' exposed time
 
     @property
     def iteration_s(self) -> float:
-        return (self.compute_s + self.tp_comm_s + self.pp_comm_s + self.bubble_s
+        return (self.compute_s + self.tp_comm_s + self.cp_comm_s + self.pp_comm_s + self.bubble_s
                 + self.dp_comm_s - self.dp_overlap_s + self.optimizer_s)
 
 
@@ -92,48 +97,86 @@ def _link(cluster: ClusterSpec, crosses_node: bool):
     return cluster.inter if crosses_node else cluster.intra
 
 
+def slowest_stage(model: ModelSpec, layout: Layout) -> tuple[int, bool]:
+    """(layers, holds the logit layer) of the pipeline stage with the most forward FLOPs: with
+    even stages the last one; with Megatron's uneven splits (`scaletrain.plan.stages`) whichever
+    of a full middle stage and the lighter last stage plus the logit layer weighs more."""
+    stages, logit = layout.stage_layers(model), logit_forward_flops(model, 1) / layer_forward_flops(model, 1)
+    work = [k + (logit if i == len(stages) - 1 else 0.0) for i, k in enumerate(stages)]
+    i = max(range(len(stages)), key=lambda j: (work[j], j))
+    return stages[i], i == len(stages) - 1
+
+
+def cp_ring_seconds(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> float:
+    """One layer's forward ring of keys and values over c context-parallel ranks (Liu et al. 2023,
+    "Ring Attention", §3): c - 1 steps, each sending this rank's K and V blocks (b·(s/c)·h_kv/t
+    16-bit values each) to its neighbour; 0 when c = 1. The backward passes K, V and their
+    gradients: twice this."""
+    if layout.cp == 1:
+        return 0.0
+    link = _link(cluster, layout.cp_crosses_node(cluster))
+    block = ACT_BYTES * 2 * layout.microbatch * model.seq // layout.cp * model.kv_hidden / layout.tp
+    return (layout.cp - 1) * (link.alpha_s + block * link.beta_s_per_byte)
+
+
 def stage_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> StageTimes:
-    """Per-pair seconds of the slowest stage (module docstring): its l/(p·v) layers and, as the
-    last stage, the logit layer, whose one pass per microbatch is spread evenly over the rank's v
-    chunks. FLOPs come from `flops.py` (`layer_forward_flops`, `logit_forward_flops`,
-    `attention_core_forward_flops`: Narayanan et al. 2021 §5.1, eq. 3), split over the t tensor
-    ranks and run at `rate` (given below). Graded against the reference to 1e-6 on held-out
-    configurations:
+    """Per-pair seconds of the slowest stage (module docstring; `slowest_stage` says which): its
+    layers spread evenly over the rank's v chunks and, when it is the last stage, the logit layer,
+    whose one pass per microbatch is spread the same way. FLOPs come from `flops.py`
+    (`layer_forward_flops`, `logit_forward_flops`, `attention_core_forward_flops`: Narayanan et
+    al. 2021 §5.1, eq. 3), split over the t·c tensor- and context-parallel ranks and run at
+    `rate` (given below). Graded against the reference to 1e-6 on held-out configurations:
 
         forward_s      one forward pass of the stage's share
         backward_s     its backward (twice a forward's FLOPs) plus what recomputation runs again:
                        the layers' whole forward (full), their attention cores (selective,
-                       Korthikanti et al. 2022 §5), nothing (none); the logit layer is never
-                       recomputed
-        tp_forward_s   the forward's allreduces of the b·s·h 16-bit activations, one after the
-                       attention and one after the MLP of every layer (Shoeybi et al. 2019 §3,
-                       the g operator), each a ring allreduce (`ring_seconds`) on the inter-node
-                       link when layout.tp_crosses_node(cluster), else intra; 0 if t = 1
+                       Korthikanti et al. 2022 §5), nothing (none); flash attention's backward
+                       redoes Q·Kᵀ unless selective already redid the core; the logit layer is
+                       never recomputed
+        tp_forward_s   the forward's allreduces of the layer's 16-bit activations (this rank's
+                       b·s/c tokens), one after the attention and one after the MLP of every
+                       layer (Shoeybi et al. 2019 §3, the g operator), each a ring allreduce
+                       (`ring_seconds`) on the inter-node link when layout.tp_crosses_node(cluster),
+                       else intra; 0 if t = 1
         tp_backward_s  the backward's allreduces (the f operator), and the recomputed forward's
                        again under full recomputation
+        cp_forward_s   per layer, `cp_ring_seconds`, less the attention core's forward compute it
+                       hides behind when layout.overlap_cp (never below 0)
+        cp_backward_s  the same for the backward's ring (twice the bytes, behind twice the
+                       core's compute), plus the forward's again under full recomputation
         message_s      one α-β message of the stage's 16-bit output on the pipeline link
                        (inter-node when layout.pp_crosses_node(cluster)), scattered t ways
-                       (Narayanan et al. 2021 §4.1); 0 without a pipeline (p = 1)
+                       (Narayanan et al. 2021 §4.1); 0 without a pipeline (p = 1) or when
+                       layout.overlap_pp runs it beside compute
     """
     check_layout(model, layout)
-    b, s, h, t = layout.microbatch, model.seq, model.hidden, layout.tp
-    layers = model.layers // (layout.pp * layout.interleave)
-    rate = cluster.peak_flops * cluster.efficiency(layer_gemms(model, b, t))  # FLOP/s of this rank's layers
+    b, s, h, t, c = layout.microbatch, model.seq, model.hidden, layout.tp, layout.cp
+    stage, holds_logits = slowest_stage(model, layout)
+    layers = stage / layout.interleave  # per chunk, on average
+    rate = layer_rate(model, cluster, layout)  # FLOP/s of this rank's layers: GEMMs and element-wise traffic
+    ring = cp_ring_seconds(model, cluster, layout)
     # BEGIN SOLUTION
-    layer, logit = layer_forward_flops(model, b), logit_forward_flops(model, b)
-    recompute = {"full": layer, "selective": attention_core_forward_flops(model, b), "none": 0.0}[layout.recompute]
-    logit /= layout.interleave
-    forward = (layers * layer + logit) / t / rate
-    backward = (layers * (2 * layer + recompute) + 2 * logit) / t / rate
+    layer, core = layer_forward_flops(model, b), attention_core_forward_flops(model, b)
+    logit = logit_forward_flops(model, b) / layout.interleave if holds_logits else 0.0
+    recompute = {"full": layer, "selective": core, "none": 0.0}[layout.recompute]
+    if layout.flash_attention and layout.recompute != "selective":
+        recompute += core / 2
+    forward = (layers * layer + logit) / (t * c) / rate
+    backward = (layers * (2 * layer + recompute) + 2 * logit) / (t * c) / rate
     tp_link = _link(cluster, layout.tp_crosses_node(cluster))
-    allreduce = ring_seconds(tp_link, "ring", t, ACT_BYTES * b * s * h) if t > 1 else 0.0
+    allreduce = ring_seconds(tp_link, "ring", t, ACT_BYTES * b * s // c * h) if t > 1 else 0.0
     passes_in_backward = 2 + (2 if layout.recompute == "full" else 0)
+    core_s = core / (t * c) / rate
+    hidden = core_s if layout.overlap_cp else 0.0
+    cp_fwd = max(0.0, ring - hidden)
+    cp_bwd = max(0.0, 2 * ring - 2 * hidden) + (cp_fwd if layout.recompute == "full" else 0.0)
     message = 0.0
-    if layout.pp > 1:
+    if layout.pp > 1 and not layout.overlap_pp:
         link = _link(cluster, layout.pp_crosses_node(cluster))
-        message = link.alpha_s + ACT_BYTES * b * s * h / t * link.beta_s_per_byte
+        message = link.alpha_s + ACT_BYTES * b * s // c * h / t * link.beta_s_per_byte
     return StageTimes(forward_s=forward, backward_s=backward, tp_forward_s=2 * layers * allreduce,
-                      tp_backward_s=passes_in_backward * layers * allreduce, message_s=message)
+                      tp_backward_s=passes_in_backward * layers * allreduce, message_s=message,
+                      cp_forward_s=layers * cp_fwd, cp_backward_s=layers * cp_bwd)
     # END SOLUTION
 
 
@@ -143,35 +186,36 @@ def time_breakdown(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> Ti
     held-out configurations, with the reference's stage times in place of yours, and its
     pipeline part against `simulate` on the schedule:
 
-        compute_s, tp_comm_s   the pairs' compute and tensor-parallel time
+        compute_s, tp_comm_s, cp_comm_s   the pairs' compute, tensor- and context-parallel time
         pp_comm_s      the pairs' pipeline messages: one in each forward and one in each backward
         bubble_s       the idle time of the pipeline (module docstring), from
                        closed_form_bubble(layout.schedule, p, m, v) and the work; 0 when p = 1
-        dp_comm_s      the data-parallel traffic over the d ranks, ring α-β (`ring_seconds`) on the
-                       DP link (inter-node when layout.dp_crosses_node(cluster)), of the rank's
-                       Ψ_rank = params_on_first_rank 16-bit gradients: one allreduce (ZeRO 1-2
-                       move the same ring volume); under ZeRO-3, per microbatch, the weights
-                       all-gathered for every forward pass (recomputation included) and for the
-                       backward, and the gradients reduce-scattered, each collective costing half
-                       an allreduce (ZeRO paper §7.2); 0 when d = 1
+        dp_comm_s      the gradient traffic over the d·c ranks that hold the same weights, ring
+                       α-β (`ring_seconds`) on `dp_link`, of the fullest rank's Ψ_rank 16-bit
+                       gradients: one allreduce (ZeRO 1-2 move the same ring volume); under ZeRO-3,
+                       per microbatch, the weights all-gathered for every forward pass
+                       (recomputation included) and for the backward, and the gradients
+                       reduce-scattered, each collective costing half an allreduce (ZeRO paper
+                       §7.2); 0 when d·c = 1
         dp_overlap_s   the part hidden behind compute, only with overlap_dp and never more than
                        the traffic: ZeRO-3's gathers hide behind all the compute, the other stages'
                        reduction behind the last microbatch's backward on each of the rank's chunks
         optimizer_s    Adam's memory traffic, OPTIMIZER_BYTES_PER_PARAM per parameter the rank
-                       updates (its share of the d shards, rounded up, under ZeRO >= 1), at the
+                       updates (its share of the d·c shards, rounded up, under ZeRO >= 1), at the
                        cluster's HBM bandwidth
     """
     st = stage_times(model, cluster, layout)
-    p, m, v, d = layout.pp, layout.num_microbatches, layout.interleave, layout.dp
+    p, m, v, d = layout.pp, layout.num_microbatches, layout.interleave, layout.dp * layout.cp
     pairs = m * v
-    psi = params_on_first_rank(model, layout)
-    dp_link = _link(cluster, layout.dp_crosses_node(cluster))
+    psi = max(params_on_rank(model, layout, r) for r in range(p))
+    dp_link = _link(cluster, d > 1 and layout.tp * d > cluster.gpus_per_node)
     # BEGIN SOLUTION
     compute = pairs * (st.forward_s + st.backward_s)
     tp_comm = pairs * (st.tp_forward_s + st.tp_backward_s)
+    cp_comm = pairs * (st.cp_forward_s + st.cp_backward_s)
     pp_comm = pairs * 2 * st.message_s
     f = closed_form_bubble(layout.schedule, p, m, v) if p > 1 else 0.0
-    bubble = (compute + tp_comm + pp_comm) * f / (1 - f)
+    bubble = (compute + tp_comm + cp_comm + pp_comm) * f / (1 - f)
     grads = ACT_BYTES * psi
     if d == 1:
         dp_comm = 0.0
@@ -189,5 +233,5 @@ def time_breakdown(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> Ti
     owned = -(-psi // d) if layout.zero >= 1 else psi
     optimizer = OPTIMIZER_BYTES_PER_PARAM * owned / cluster.hbm_bandwidth
     return TimeBreakdown(compute_s=compute, tp_comm_s=tp_comm, pp_comm_s=pp_comm, bubble_s=bubble,
-                         dp_comm_s=dp_comm, dp_overlap_s=overlap, optimizer_s=optimizer)
+                         dp_comm_s=dp_comm, dp_overlap_s=overlap, optimizer_s=optimizer, cp_comm_s=cp_comm)
     # END SOLUTION
