@@ -132,7 +132,10 @@ def dispatch_jobs(seed: int) -> list[dict]:
     """Groups as a student's `group_by_expert` might make them: grouped by expert, rows shuffled
     inside each group; some tokens without rows."""
     torch, rng, gen = _t(), random.Random(seed + 4), _gen(seed + 4)
-    jobs = []
+    public = _gen(0)  # the public test's docstring groups, x (5, 3) and y (4, 3) from seed 0
+    jobs = [{"name": "public docstring groups", "tokens": 5, "token": torch.tensor([1, 3, 0, 2]), "counts": [1, 1, 2],
+             "gate": torch.tensor([0.9, 0.8, 0.7, 0.6], dtype=torch.float64), "x": _randn(public, 5, 3),
+             "y": _randn(public, 4, 3), "w": torch.ones(5, 3, dtype=torch.float64), "w_rows": _randn(gen, 4, 3)}]
     for i in range(4):
         t, h, e = rng.randint(5, 15), rng.choice((3, 6)), rng.randint(2, 5)
         n = rng.randint(t // 2, 2 * t)
