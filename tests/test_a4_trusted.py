@@ -1,5 +1,5 @@
 """The trusted side of a4's suite, without processes: the hidden inputs it generates and how it
-reads the executor's trace (autograder/suites/a4_pipeline.py, autograder/probes/a4_pipeline.py).
+reads the executor's trace (autograder/suites/a4_pipeline/, autograder/probes/a4_pipeline.py).
 
 The probes record, per rank, every stage forward (its input, how many stage outputs were alive),
 every gradient reaching a stage output, every weight-gradient accumulation. Here that trace is
@@ -10,22 +10,23 @@ import random
 
 import pytest
 
-from autograder.suites import a4_pipeline as suite
+from autograder.suites.a4_pipeline import inputs, inputs_executor, judge_executor, judge_validate
+from autograder.suites.a4_pipeline.names import C4_GPIPE, C4_LOSSES, C4_MEMORY
 from scaletrain.pipeline import B, F, I, ScheduleError, peak_in_flight, validate
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_hidden_channel_swaps_only_break_the_channel_order(seed):
-    for schedule, p, m, v, exc in suite._hidden_channel_swaps(random.Random(seed)):
+    for schedule, p, m, v, exc in inputs._hidden_channel_swaps(random.Random(seed)):
         with pytest.raises(ScheduleError, match="in the order the sender sends"):
             validate(schedule, p, m, v)
-        assert suite._runs_by_name(schedule, p * v)  # a dry run matching by name accepts it
-        assert suite._out_of_order_line(exc).startswith("rank ")
+        assert inputs._runs_by_name(schedule, p * v)  # a dry run matching by name accepts it
+        assert judge_validate._out_of_order_line(exc).startswith("rank ")
 
 
 def test_hidden_deadlocks_are_not_the_public_example():
     public = {0: "F0 B0 F1 F2 B1 F3 B2 B3", 1: "F0 F1 B0 F2 B1 F3 B2 B3", 2: "F0 B0 F1 B1 F2 B2 F3 B3"}
-    for schedule, *_ in suite._hidden_deadlocks(random.Random(3)):
+    for schedule, *_ in inputs._hidden_deadlocks(random.Random(3)):
         rows = {r: " ".join(f"{a.kind}{a.microbatch}" for a in acts) for r, acts in schedule.items()}
         assert rows != public
 
@@ -61,27 +62,29 @@ def _gpipe_order(actions):
 
 @pytest.fixture(scope="module")
 def cases():
-    return suite._executor_cases(seed=5)
+    return inputs_executor._executor_cases(seed=5)
 
 
 def test_the_schedules_own_order_passes(cases):
     for case in cases:
         for rank, actions in case.schedule.items():
-            assert suite._judged(case, rank, _outputs(case, rank, actions)) == ([], [])
+            assert judge_executor._judged(case, rank, _outputs(case, rank, actions)) == {
+                case.check: [], C4_LOSSES: [], C4_MEMORY: []}
 
 
 def test_an_executor_that_runs_gpipe_fails_every_other_schedule(cases):
     for case in cases:
-        failed = []
+        failed, memory = [], []
         for rank, actions in case.schedule.items():
-            problems, losses = suite._judged(case, rank, _outputs(case, rank, _gpipe_order(actions)))
-            assert losses == []
-            failed += problems
-        if case.label.startswith("gpipe"):
-            assert failed == []
+            problems = judge_executor._judged(case, rank, _outputs(case, rank, _gpipe_order(actions)))
+            assert problems[C4_LOSSES] == []
+            failed += problems[case.check]
+            memory += problems[C4_MEMORY]
+        if case.check == C4_GPIPE:
+            assert failed == [] and memory == []
         else:
             assert any("in its order" in msg for msg in failed), case.label
-            assert any("were alive at once" in msg for msg in failed) or all(
+            assert any("were alive at once" in msg for msg in memory) or all(
                 peak_in_flight(_gpipe_order(a)) <= peak_in_flight(a) for a in case.schedule.values())
 
 
@@ -95,13 +98,12 @@ def test_activations_kept_past_their_backward_fail(cases):
         if event[0] == "F":
             forwards += 1
             out["events"][n] = (*event[:3], forwards)
-    problems, _ = suite._judged(case, 0, out)
-    assert any("were alive at once" in msg for msg in problems)
-    assert not any("in its order" in msg for msg in problems)
+    problems = judge_executor._judged(case, 0, out)
+    assert any("were alive at once" in msg for msg in problems[C4_MEMORY])
+    assert problems[case.check] == []
 
 
 def test_malformed_outputs_fail_instead_of_crashing(cases):
     case = cases[0]
     for out in (None, {}, {"grads": 3}, {**_outputs(case, 0, case.schedule[0]), "events": [("Z", 0)]}):
-        problems, _ = suite._judged(case, 0, out)
-        assert problems
+        assert judge_executor._judged(case, 0, out)[case.check]

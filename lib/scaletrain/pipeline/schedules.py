@@ -89,15 +89,18 @@ def gpipe(p: int, m: int) -> Schedule:
 def one_f_one_b(p: int, m: int) -> Schedule:
     """1F1B, PipeDream-Flush (Narayanan et al., 2021): same bubble as GPipe, peak in-flight p - r.
 
-    Three phases on each rank (Megatron's non-interleaved schedule; the seminar notes §1.2.3.2,
-    Narayanan et al. 2021 §2.2.1 and Figure 4, top): a warm-up of forwards that fills the
-    pipeline below the rank, a steady state alternating one forward with one backward, a
-    cool-down of the backwards still owed. How long each phase is on rank r is yours to derive.
-    Graded: `validate` accepts it; rank r holds at most p - r microbatches in flight (its peak);
-    the bubble equals GPipe's; the order is Megatron's, e.g. p=3, m=4, rank 1:
-    F0 F1 B0 F2 B1 F3 B2 B3. Returns {r: rank r's list of `Action(r, kind, microbatch)`}. Needs
-    m >= p (with fewer, the warm-up never ends and it is GPipe): a ValueError whose message says
-    "m >= p" and gives both values (the given `_check_sizes` has an option for this).
+    The order of each rank's forwards and backwards is your design (read the seminar notes
+    §1.2.3.2, Narayanan et al. 2021 §2.2.1 and Figure 4, top; the notebook draws every schedule).
+    Graded on hidden (p, m), each property its own check (`scaletrain.pipeline.schedule_rules`
+    states each one as code; the public tests call it): `validate` accepts it (every microbatch's
+    forward before its backward, messages across stages that cannot deadlock); the simulated
+    bubble (t_b = 2 t_f) is GPipe's, (p - 1)/(m + p - 1); rank r never holds more than p - r
+    microbatches in flight; and its three phases: a warm-up of forwards only that fills the rank up
+    to that bound, a steady state alternating one forward and one backward, a cool-down of
+    backwards only that drains what the warm-up put in flight. Which microbatch goes when is
+    yours. Returns {r: rank r's list of `Action(r, kind, microbatch)`}. Needs m >= p (with fewer,
+    the warm-up never ends and it is GPipe): a ValueError whose message says "m >= p" and gives
+    both values (`_check_sizes` above has an option for this).
     """
     # BEGIN SOLUTION
     _check_sizes("one_f_one_b", p, m, needs_m_ge_p=True)
@@ -117,15 +120,15 @@ def interleaved_1f1b(p: int, m: int, v: int) -> Schedule:
     """Interleaved 1F1B (Narayanan et al., 2021, section 2.2.2): v chunks per rank, bubble / v.
 
     Rank r holds stages r, r + p, ..., r + (v-1)p and runs m*v forwards and m*v backwards of
-    its chunks. Megatron's order (the paper's §2.2.2 and Figure 4, bottom; the seminar notes
-    §1.2.3.3): microbatches go through a chunk in groups of p before the rank moves to its next
-    chunk, backwards visit the chunks last to first (gradients flow from the last stage down),
-    and the phases are 1F1B's with a longer warm-up. Which (chunk, microbatch) the k-th forward
-    and the k-th backward of rank r are, and how long the warm-up is, are yours to derive.
-    Graded: `validate` accepts it; the bubble is (p - 1)/(v·m + p - 1); rank r holds no more
-    chunk outputs in flight than the handout's bound; the order matches Megatron's. Returns
-    {r: rank r's list of `Action(stage, kind, microbatch)`}. Needs m to be a multiple of p (the
-    groups of p tile m exactly) and v >= 2 (v = 1 is one_f_one_b): a ValueError saying so.
+    its chunks, in an order that is your design. Megatron's (the paper's §2.2.2 and Figure 4,
+    bottom; the seminar notes §1.2.3.3) is one that meets the contract: microbatches go through a
+    chunk in groups of p before the rank moves to its next chunk, backwards visit the chunks last
+    to first, and the phases are 1F1B's with a longer warm-up.
+    Graded on hidden (p, m, v), each property its own check: `validate` accepts it; the
+    simulated bubble is (p - 1)/(v·m + p - 1); rank r holds no more chunk outputs in flight than
+    `schedule_rules.interleaved_bound` (the handout's bound). Returns {r: rank r's list of
+    `Action(stage, kind, microbatch)`}. Needs m to be a multiple of p (the groups of p tile m
+    exactly) and v >= 2 (v = 1 is one_f_one_b): a ValueError saying so.
     """
     _check_sizes("interleaved_1f1b", p, m, v)
     # BEGIN SOLUTION
