@@ -68,10 +68,10 @@ def validate_rows(runs=PUBLISHED) -> list[dict]:
 
 
 def _format(rows: list[dict]) -> str:
-    lines = [f"{'source':<16} {'model':<18} {'GPUs':>6} {'layout':<44} {'published':>10} {'predicted':>10} "
+    lines = [f"{'source':<16} {'model':<18} {'GPUs':>6} {'layout':<58} {'published':>10} {'predicted':>10} "
              f"{'unit':<14} {'error':>7}  fit"]
     for r in rows:
-        lines.append(f"{r['source']:<16} {r['model']:<18} {r['GPUs']:>6} {r['layout']:<44} {r['published']:>10.2f} "
+        lines.append(f"{r['source']:<16} {r['model']:<18} {r['GPUs']:>6} {r['layout']:<58} {r['published']:>10.2f} "
                      f"{r['predicted']:>10.2f} {r['unit']:<14} {r['error']:>+7.1%}  {'fit' if r['fitted'] else ''}")
     held = [abs(r["error"]) for r in rows if not r["fitted"]]
     lines.append(f"\n{len(rows)} runs, {len(rows) - len(held)} fitted; held out: mean |error| "
