@@ -1,7 +1,9 @@
 """Public tests of a6 on 2 gloo ranks: your operators, layers, loss and sequence-parallel pair against
-the unsharded computation in one process.
+the unsharded computation in one process, and your 3D grid.
 
-One spawn per task (only the tasks you select run): `pytest assignments/a6_tensor_parallel -m task6_2`.
+One test per graded property, as the grader splits its checks (a small mistake fails a small
+test); one spawn per task runs them all (only the tasks you select run):
+`pytest assignments/a6_tensor_parallel -m task6_2`.
 The grader runs more: hidden shapes at t = 2 and t = 3, the bytes your code hands to the wire, the
 largest tensor your loss makes, the activations your layers save, and the whole GPT with and without
 sequence parallelism (`scaletrain.tp.parallelize`, which in your repository runs your files).
@@ -38,23 +40,39 @@ def _linear(d_in, d_out, seed):
     return nn.Linear(d_in, d_out)
 
 
-def _task6_1_fg(rank):
+def _fg_forward(rank):
     ops = student_module("tp_operators")
     x = _randn(3, 5, 6, seed=0)
+    assert_close(ops.copy_to_tp(x.clone().requires_grad_(True)).detach(), x, what="f forward (identity)")
+    part = _randn(3, 5, 6, seed=10 + rank).requires_grad_(True)
+    assert_close(ops.reduce_from_tp(part).detach(), _randn(3, 5, 6, seed=10) + _randn(3, 5, 6, seed=11),
+                 what="g forward (the sum of both ranks' inputs)")
+
+
+def _fg_backward(rank):
+    ops = student_module("tp_operators")
     w = _randn(3, 5, 6, seed=1 + rank)
-    xs = x.clone().requires_grad_(True)
-    y = ops.copy_to_tp(xs)
-    (y * w).sum().backward()
-    assert_close(y.detach(), x, what="f forward (identity)")
+    xs = _randn(3, 5, 6, seed=0).requires_grad_(True)
+    (ops.copy_to_tp(xs) * w).sum().backward()
     assert_close(xs.grad, _randn(3, 5, 6, seed=1) + _randn(3, 5, 6, seed=2), what="f backward (the sum of both ranks')")
     part = _randn(3, 5, 6, seed=10 + rank).requires_grad_(True)
-    y = ops.reduce_from_tp(part)
-    (y * w).sum().backward()
-    assert_close(y.detach(), _randn(3, 5, 6, seed=10) + _randn(3, 5, 6, seed=11), what="g forward (the sum)")
+    (ops.reduce_from_tp(part) * w).sum().backward()
     assert_close(part.grad, w, what="g backward (identity)")
 
 
-def _task6_1_gather(rank):
+def _fg_bytes(rank):
+    ops = student_module("tp_operators")
+    n = 3 * 5 * 6 * 4  # one allreduce of n bytes on 2 ranks sends 2(t-1)/t·n = n bytes per rank
+    for name, fn, want in (("f", ops.copy_to_tp, (0, n)), ("g", ops.reduce_from_tp, (n, 0))):
+        x = _randn(3, 5, 6, seed=20 + rank).requires_grad_(True)
+        with comm_counter() as fwd:
+            y = fn(x)
+        with comm_counter() as bwd:
+            y.sum().backward()
+        expect_equal((fwd.bytes_sent, bwd.bytes_sent), want, what=f"{name}: bytes sent (forward, backward) on 2 ranks")
+
+
+def _last_dimension(rank):
     ops = student_module("tp_operators")
     piece = _randn(3, 5, 2, seed=20 + rank).requires_grad_(True)
     y = ops.gather_from_tp(piece)
@@ -71,53 +89,76 @@ def _task6_1_gather(rank):
                  what="scatter backward (the all-gather)")
 
 
-def _check_layer(layer, ref, x_ref, x_mine, keep_out, keep_in, what):
+def _layer_run(layer, ref, x_ref, x_mine, keep_out):
+    """Both layers forward and backward of sum(y * w): (y_ref, y, x_ref, x_mine) with their gradients."""
     x_ref = x_ref.clone().requires_grad_(True)
     y_ref = ref(x_ref)
     w = _randn(*y_ref.shape, seed=99)
     (y_ref * w).sum().backward()
     x_mine = x_mine.clone().requires_grad_(True)
     y = layer(x_mine)
-    assert_close(y.detach(), keep_out(y_ref.detach()), what=f"{what}: output")
     (y * keep_out(w)).sum().backward()
-    assert_close(x_mine.grad, keep_in(x_ref.grad), what=f"{what}: input gradient")
+    return y_ref, y, x_ref, x_mine
 
 
-def _attention(layers, n_head, head_size):
-    """The given ParallelSelfAttention on your QKV (a column layer with parts=3) and projection (a row
-    layer) equals the unsharded attention: true only when each rank holds Q, K and V of whole heads."""
-    from scaletrain.models import CausalSelfAttention, GPTConfig
-    from scaletrain.tp.attention import ParallelSelfAttention
-    torch.manual_seed(2)
-    ref = CausalSelfAttention(GPTConfig(n_embd=n_head * head_size, n_head=n_head))
-    mine = ParallelSelfAttention(layers.ColumnParallelLinear.from_linear(ref.qkv, parts=3),
-                                 layers.RowParallelLinear.from_linear(ref.proj), n_head)
-    x = _randn(3, 5, n_head * head_size, seed=3)
-    _check_layer(mine, ref, x, x, lambda y: y, lambda g: g,
-                 f"attention ({n_head} heads of {head_size}, t = {P}; QKV from_linear(parts=3))")
-
-
-def _task6_2(rank):
+def _column(rank, phase):
     layers = student_module("tp_layers")
     x = _randn(3, 5, 7, seed=0)
     for gather in (False, True):
         ref = _linear(7, 12, seed=1)
         col = layers.ColumnParallelLinear.from_linear(ref, gather_output=gather)
-        assert tuple(col.weight.shape) == (6, 7), f"column weight {tuple(col.weight.shape)}, expected (6, 7)"
-        assert_close(col.weight.detach(), ref.weight.detach()[6 * rank:6 * rank + 6], what="column: this rank's rows")
+        what = f"column layer (7 -> 12, t = {P}, gather_output={gather}), rank {rank}"
         keep = (lambda y: y) if gather else (lambda y: y.narrow(-1, 6 * rank, 6))
-        _check_layer(col, ref, x, x, keep, lambda g: g, f"column gather_output={gather}")
-        assert_close(col.weight.grad, ref.weight.grad[6 * rank:6 * rank + 6], what="column: weight gradient")
-    _attention(layers, n_head=6, head_size=2)  # 3 heads per rank
+        expect_equal(tuple(col.weight.shape), (6, 7), what=f"{what}: weight shape")
+        assert_close(col.weight.detach(), ref.weight.detach()[6 * rank:6 * rank + 6], what=f"{what}: its rows")
+        y_ref, y, x_ref, x_mine = _layer_run(col, ref, x, x, keep)
+        if phase == "forward":
+            assert_close(y.detach(), keep(y_ref.detach()), what=f"{what}: output")
+        else:
+            assert_close(x_mine.grad, x_ref.grad, what=f"{what}: input gradient")
+            assert_close(col.weight.grad, ref.weight.grad[6 * rank:6 * rank + 6], what=f"{what}: weight gradient")
+            assert_close(col.bias.grad, ref.bias.grad[6 * rank:6 * rank + 6], what=f"{what}: bias gradient")
+
+
+def _row(rank, phase):
+    layers = student_module("tp_layers")
     xw = _randn(3, 5, 12, seed=3)
     for parallel in (True, False):
         ref = _linear(12, 5, seed=4)
         row = layers.RowParallelLinear.from_linear(ref, input_is_parallel=parallel)
-        assert tuple(row.weight.shape) == (5, 6), f"rank {rank}: row weight {tuple(row.weight.shape)}, expected (5, 6)"
+        what = f"row layer (12 -> 5, t = {P}, input_is_parallel={parallel}), rank {rank}"
+        expect_equal(tuple(row.weight.shape), (5, 6), what=f"{what}: weight shape")
         cut = (lambda v: v.narrow(-1, 6 * rank, 6)) if parallel else (lambda v: v)
-        _check_layer(row, ref, xw, cut(xw), lambda y: y, cut, f"row input_is_parallel={parallel}")
-        assert_close(row.weight.grad, ref.weight.grad[:, 6 * rank:6 * rank + 6], what="row: weight gradient")
-        assert_close(row.bias.grad, ref.bias.grad, what="row: bias gradient")
+        y_ref, y, x_ref, x_mine = _layer_run(row, ref, xw, cut(xw), lambda y: y)
+        if phase == "forward":
+            assert_close(y.detach(), y_ref.detach(), what=f"{what}: output (bias included)")
+        else:
+            assert_close(x_mine.grad, cut(x_ref.grad), what=f"{what}: input gradient")
+            assert_close(row.weight.grad, ref.weight.grad[:, 6 * rank:6 * rank + 6], what=f"{what}: weight gradient")
+            assert_close(row.bias.grad, ref.bias.grad, what=f"{what}: bias gradient")
+
+
+def _attention(rank):
+    """The given ParallelSelfAttention on your QKV (a column layer with parts=3) and projection (a row
+    layer) equals the unsharded attention: true only when each rank holds Q, K and V of whole heads."""
+    from scaletrain.models import CausalSelfAttention, GPTConfig
+    from scaletrain.tp.attention import ParallelSelfAttention
+    layers = student_module("tp_layers")
+    for n_head, head_size in ((6, 2), (2, 5)):
+        torch.manual_seed(2)
+        ref = CausalSelfAttention(GPTConfig(n_embd=n_head * head_size, n_head=n_head))
+        mine = ParallelSelfAttention(layers.ColumnParallelLinear.from_linear(ref.qkv, parts=3),
+                                     layers.RowParallelLinear.from_linear(ref.proj), n_head)
+        what = f"attention ({n_head} heads of {head_size}, t = {P}; QKV from_linear(parts=3)), rank {rank}"
+        x = _randn(3, 5, n_head * head_size, seed=3)
+        y_ref, y, x_ref, x_mine = _layer_run(mine, ref, x, x, lambda y: y)
+        assert_close(y.detach(), y_ref.detach(), what=f"{what}: output")
+        assert_close(x_mine.grad, x_ref.grad, what=f"{what}: input gradient")
+
+
+def _mlp(rank):
+    layers = student_module("tp_layers")
+    xw = _randn(3, 5, 12, seed=3)
     mlp = nn.Sequential(layers.ColumnParallelLinear.from_linear(_linear(12, 48, seed=5)), nn.GELU(),
                         layers.RowParallelLinear.from_linear(_linear(48, 12, seed=6)))
     with comm_counter() as fwd:
@@ -125,43 +166,72 @@ def _task6_2(rank):
     with comm_counter() as bwd:
         y.sum().backward()
     n = xw.numel() * 4  # one allreduce of b·s·h on 2 ranks sends n bytes per rank
-    assert fwd.bytes_sent == n and bwd.bytes_sent == n, (
-        f"MLP sent {fwd.bytes_sent} B forward and {bwd.bytes_sent} B backward, expected one allreduce ({n} B) each")
+    expect_equal((fwd.bytes_sent, bwd.bytes_sent), (n, n),
+                 what="MLP column -> GeLU -> row (3×5×12): bytes sent (forward, backward), one allreduce each")
 
 
-def _task6_3(rank):
-    from scaletrain.tp.verify import largest_tensor
+def _loss(rank, scale):
     ce = student_module("tp_cross_entropy")
-    logits = 8 * _randn(15, 18, seed=0)
+    logits = scale * _randn(15, 18, seed=0)
     targets = torch.randint(0, 18, (15,), generator=torch.Generator().manual_seed(1))
     full = logits.clone().requires_grad_(True)
     ref = F.cross_entropy(full, targets)
     ref.backward()
     mine = logits[:, 9 * rank:9 * rank + 9].clone().requires_grad_(True)
-
-    losses = []
-    most = largest_tensor(lambda: losses.append(ce.vocab_parallel_cross_entropy(mine, targets)) or losses[0].backward())
-    assert_close(losses[0].detach(), ref.detach(), what="loss")
-    assert_close(mine.grad, full.grad[:, 9 * rank:9 * rank + 9], what="gradient of this rank's logits")
-    assert most <= 15 * 9, f"a tensor of {most} elements was made; this rank's logits have {15 * 9}: never gather them"
+    return ce, targets, ref, full.grad, mine
 
 
-def _task6_4(rank):
+def _loss_forward(rank):
+    ce, targets, ref, _, mine = _loss(rank, 8.0)
+    assert_close(ce.vocab_parallel_cross_entropy(mine, targets).detach(), ref.detach(),
+                 what=f"loss (N 15, V 18, t = {P}), rank {rank}")
+
+
+def _loss_backward(rank):
+    ce, targets, _, grad, mine = _loss(rank, 8.0)
+    ce.vocab_parallel_cross_entropy(mine, targets).backward()
+    assert_close(mine.grad, grad[:, 9 * rank:9 * rank + 9], what=f"gradient of rank {rank}'s logits (N 15, V 18)")
+
+
+def _loss_large(rank):
+    ce, targets, ref, grad, mine = _loss(rank, 3000.0)
+    loss = ce.vocab_parallel_cross_entropy(mine, targets)
+    assert_close(loss.detach(), ref.detach(), what=f"loss of logits up to ~9000, rank {rank}")
+    loss.backward()
+    assert_close(mine.grad, grad[:, 9 * rank:9 * rank + 9], what=f"gradient of logits up to ~9000, rank {rank}")
+
+
+def _loss_memory(rank):
+    from scaletrain.tp.verify import largest_tensor
+    ce, targets, _, _, mine = _loss(rank, 8.0)
+    most = largest_tensor(lambda: ce.vocab_parallel_cross_entropy(mine, targets).backward())
+    assert most <= 15 * 9, (f"rank {rank}: a tensor of {most} elements was made; this rank's logits have {15 * 9}, "
+                            f"the whole logits {15 * 18}: never gather them")
+
+
+def _pair(rank, phase):
     seq = student_module("tp_sequence")
     parts = [_randn(3, 6, 5, seed=k) for k in range(P)]
     shard = parts[rank][:, 3 * rank:3 * rank + 3].clone().requires_grad_(True)
     gathered = seq.gather_from_sp(shard)
-    whole = torch.cat([parts[0][:, :3], parts[1][:, 3:]], dim=1)
-    assert_close(gathered.detach(), whole, what="all-gather along the sequence")
-    gathered.backward(parts[rank])
-    assert_close(shard.grad, (parts[0] + parts[1])[:, 3 * rank:3 * rank + 3], what="its backward (a reduce-scatter)")
     x = parts[rank].clone().requires_grad_(True)
     out = seq.reduce_scatter_to_sp(x)
-    assert_close(out.detach(), (parts[0] + parts[1])[:, 3 * rank:3 * rank + 3],
-                 what="reduce-scatter along the sequence")
+    if phase == "forward":
+        assert_close(gathered.detach(), torch.cat([parts[0][:, :3], parts[1][:, 3:]], dim=1),
+                     what=f"all-gather along the sequence (3×6×5 over {P} ranks), rank {rank}")
+        assert_close(out.detach(), (parts[0] + parts[1])[:, 3 * rank:3 * rank + 3],
+                     what=f"reduce-scatter along the sequence, rank {rank}")
+        return
+    gathered.backward(parts[rank])
+    assert_close(shard.grad, (parts[0] + parts[1])[:, 3 * rank:3 * rank + 3],
+                 what=f"all-gather's backward (a reduce-scatter), rank {rank}")
     out.backward(_randn(3, 3, 5, seed=10 + rank))
     assert_close(x.grad, torch.cat([_randn(3, 3, 5, seed=10), _randn(3, 3, 5, seed=11)], dim=1),
-                 what="its backward (an all-gather)")
+                 what=f"reduce-scatter's backward (an all-gather), rank {rank}")
+
+
+def _gather_linear(rank, prop):
+    seq = student_module("tp_sequence")
     ref = _linear(5, 8, seed=3)
     x_full = _randn(3, 6, 5, seed=4).requires_grad_(True)
     y_ref = ref(x_full)
@@ -173,11 +243,14 @@ def _task6_4(rank):
     with track_saved_tensors([weight, bias]) as saved:
         y = seq.sequence_gather_linear(x, weight, bias)
         held = saved.bytes
-    assert_close(y.detach(), y_ref.detach()[..., 4 * rank:4 * rank + 4], what="sequence-gather linear: output")
-    assert held <= x.numel() * 4, f"saved {held} B for backward; only the shard ({x.numel() * 4} B) may be kept"
+    what = f"sequence-gather linear (5 -> 8, 3×6 tokens, t = {P}), rank {rank}"
+    if prop == "saved":
+        assert held <= x.numel() * 4, f"{what}: saved {held} B for backward; only the shard ({x.numel() * 4} B) may be kept"
+        return
+    assert_close(y.detach(), y_ref.detach()[..., 4 * rank:4 * rank + 4], what=f"{what}: output")
     (y * w[..., 4 * rank:4 * rank + 4]).sum().backward()
-    assert_close(x.grad, x_full.grad[:, 3 * rank:3 * rank + 3], what="sequence-gather linear: input gradient")
-    assert_close(weight.grad, ref.weight.grad[4 * rank:4 * rank + 4], what="sequence-gather linear: weight gradient")
+    assert_close(x.grad, x_full.grad[:, 3 * rank:3 * rank + 3], what=f"{what}: input gradient")
+    assert_close(weight.grad, ref.weight.grad[4 * rank:4 * rank + 4], what=f"{what}: weight gradient")
 
 
 def _gpt(rank, sp):
@@ -200,48 +273,155 @@ def _gpt(rank, sp):
                      what=f"{where}, rank {rank}: gradient of {name}")
 
 
+# per task, its properties in the order they run on every rank; each is one test below
+PROPERTIES = {
+    "6.1": {"fg forward": _fg_forward, "fg backward": _fg_backward, "fg bytes": _fg_bytes, "last": _last_dimension},
+    "6.2": {"column forward": lambda r: _column(r, "forward"), "column backward": lambda r: _column(r, "backward"),
+            "row forward": lambda r: _row(r, "forward"), "row backward": lambda r: _row(r, "backward"),
+            "attention": _attention, "mlp": _mlp},
+    "6.3": {"forward": _loss_forward, "backward": _loss_backward, "large": _loss_large, "memory": _loss_memory},
+    "6.4": {"pair forward": lambda r: _pair(r, "forward"), "pair backward": lambda r: _pair(r, "backward"),
+            "linear": lambda r: _gather_linear(r, "values"), "saved": lambda r: _gather_linear(r, "saved")},
+    "gpt": {"gpt": lambda r: _gpt(r, sp=False)},
+    "gpt-sp": {"gpt": lambda r: _gpt(r, sp=True)},
+}
+
+
 def _rank(rank, world_size, task):
+    """Every property of `task` on this rank: {property: None (held) or (exception type, message)}."""
     for stem in STEMS:
         student_module(stem)  # the folder comes from $AUTOGRADER_SUBMISSION
-    {"6.1": lambda r: (_task6_1_fg(r), _task6_1_gather(r)), "6.2": _task6_2, "6.3": _task6_3, "6.4": _task6_4,
-     "gpt": lambda r: _gpt(r, sp=False), "gpt-sp": lambda r: _gpt(r, sp=True)}[task](rank)
+    verdicts = {}
+    for name, check in PROPERTIES[task].items():
+        try:
+            check(rank)
+            verdicts[name] = None
+        except Exception as exc:  # noqa: BLE001 - each property's failure is its own test's
+            verdicts[name] = (type(exc).__name__, f"rank {rank}: {exc}")
+    return verdicts
 
 
 @functools.lru_cache(maxsize=None)
 def _run(task):
-    spawn(_rank, P, task, timeout_s=60)  # raises RankError naming the failing rank and line
+    """One spawn per task; a rank that died or hung (RankError naming the rank and line) is kept, so
+    every test of the task reports it without spawning again."""
+    try:
+        return spawn(_rank, P, task, timeout_s=90)
+    except Exception as exc:  # noqa: BLE001 - re-raised by each test of the task
+        return exc
+
+
+def _verdict(task, prop):
+    """Fail as the first rank whose `prop` failed; a NotImplementedError stays one ("not implemented yet")."""
+    outcome = _run(task)
+    if isinstance(outcome, Exception):
+        raise outcome
+    for verdicts in outcome:
+        if verdicts[prop] is not None:
+            kind, message = verdicts[prop]
+            raise (NotImplementedError if kind == "NotImplementedError" else AssertionError)(f"{kind}: {message}")
 
 
 @pytest.mark.task6_1
-def test_task6_1_f_g_and_the_last_dimension_gather_scatter():
-    _run("6.1")
+def test_task6_1_f_and_g_forward():
+    _verdict("6.1", "fg forward")
+
+
+@pytest.mark.task6_1
+def test_task6_1_f_and_g_backward():
+    _verdict("6.1", "fg backward")
+
+
+@pytest.mark.task6_1
+def test_task6_1_f_and_g_send_one_allreduce_each():
+    _verdict("6.1", "fg bytes")
+
+
+@pytest.mark.task6_1
+def test_task6_1_last_dimension_gather_and_scatter():
+    _verdict("6.1", "last")
 
 
 @pytest.mark.task6_2
-def test_task6_2_column_row_layers_equal_the_unsharded_layer_and_the_mlp_sends_one_allreduce_each_way():
-    _run("6.2")
+def test_task6_2_column_layer_forward():
+    _verdict("6.2", "column forward")
 
 
-@pytest.mark.task6_3
-def test_task6_3_vocab_parallel_cross_entropy_equals_f_cross_entropy_without_the_whole_logits():
-    _run("6.3")
+@pytest.mark.task6_2
+def test_task6_2_column_layer_backward():
+    _verdict("6.2", "column backward")
 
 
-@pytest.mark.task6_4
-def test_task6_4_sequence_pair_and_gather_linear():
-    _run("6.4")
+@pytest.mark.task6_2
+def test_task6_2_row_layer_forward():
+    _verdict("6.2", "row forward")
+
+
+@pytest.mark.task6_2
+def test_task6_2_row_layer_backward():
+    _verdict("6.2", "row backward")
+
+
+@pytest.mark.task6_2
+def test_task6_2_attention_with_heads_split_equals_the_unsharded_attention():
+    _verdict("6.2", "attention")
+
+
+@pytest.mark.task6_2
+def test_task6_2_mlp_sends_one_allreduce_each_way():
+    _verdict("6.2", "mlp")
 
 
 @pytest.mark.task6_2
 def test_task6_2_gpt_equals_one_process():
     """Scored under 6.2 by the grader, as here; it needs your 6.1 (f and g) and 6.3 (the loss) too."""
-    _run("gpt")
+    _verdict("gpt", "gpt")
+
+
+@pytest.mark.task6_3
+def test_task6_3_loss_equals_f_cross_entropy():
+    _verdict("6.3", "forward")
+
+
+@pytest.mark.task6_3
+def test_task6_3_gradient_of_this_ranks_logits():
+    _verdict("6.3", "backward")
+
+
+@pytest.mark.task6_3
+def test_task6_3_large_logits_stay_exact():
+    _verdict("6.3", "large")
+
+
+@pytest.mark.task6_3
+def test_task6_3_never_the_whole_logits():
+    _verdict("6.3", "memory")
+
+
+@pytest.mark.task6_4
+def test_task6_4_sequence_pair_forward():
+    _verdict("6.4", "pair forward")
+
+
+@pytest.mark.task6_4
+def test_task6_4_sequence_pair_backward():
+    _verdict("6.4", "pair backward")
+
+
+@pytest.mark.task6_4
+def test_task6_4_gather_linear_equals_the_unsharded_layer():
+    _verdict("6.4", "linear")
+
+
+@pytest.mark.task6_4
+def test_task6_4_gather_linear_saves_only_the_shard():
+    _verdict("6.4", "saved")
 
 
 @pytest.mark.task6_4
 def test_task6_4_gpt_with_sequence_parallelism_equals_one_process():
-    """Scored under 6.4 by the grader; runs all four of your files."""
-    _run("gpt-sp")
+    """Scored under 6.4 by the grader; runs the first four of your files."""
+    _verdict("gpt-sp", "gpt")
 
 
 def _grid(layout):
