@@ -46,7 +46,7 @@ def _ahead_at_most(group, prefetch: int) -> None:
 
     def record(block, _inputs):
         ahead = [u for u in engine.units if u.module not in (model, block)
-                 and (u.full.untyped_storage().nbytes() or id(u) in engine._inflight)]
+                 and (u.full.untyped_storage().nbytes() or id(u) in engine.coordinator._inflight)]
         nxt = model.blocks[list(model.blocks).index(block) + 1] if block is not model.blocks[-1] else None
         seen.append((len(ahead), nxt is None or unit_of[nxt] in ahead))
 

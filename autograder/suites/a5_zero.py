@@ -45,6 +45,7 @@ from autograder.pyparse import parse_python
 from autograder.suites import paired, sized
 
 ZF = "zero_engine.py"
+ZF3 = "zero_stage3.py"  # task 5.4: stage 3's coordinator, in its own file
 STEM = "zero_engine"
 PROBE = "autograder.probes.a5_zero:"
 P = 2                # ranks per spawn; a subgroup of rank 0 gives N = 1
@@ -53,6 +54,11 @@ SPAWN_TIMEOUT_S = 200
 TORCH_COLLECTIVES = ("torch.distributed.all_reduce", "torch.distributed.all_gather",
                      "torch.distributed.all_gather_into_tensor", "torch.distributed.reduce_scatter",
                      "torch.distributed.reduce_scatter_tensor", "torch.distributed.broadcast")
+
+FORBIDDEN = ("torch.distributed.optim", "torch.distributed.fsdp", "torch.distributed._composable",
+             "torch.distributed.tensor", "torch.nn.parallel", *TORCH_COLLECTIVES,
+             "scaletrain.zero.engine", "scaletrain.zero.ZeRO", "scaletrain.zero.shard_of",
+             "scaletrain.zero.unshard", "importlib", "__import__", "exec", "eval")
 
 C_SHARD = "shard_of is a view of elements [r·m, (r+1)·m) of the padded buffer"
 C_UNSHARD = "unshard fills every chunk from its owner (N = 1, 2; fewer elements than ranks)"
@@ -96,7 +102,7 @@ def _semantic_cheats() -> tuple[Planted, ...]:
                  "        for unit in self.units:\n"
                  "            unit.shard.grad = None\n"),
                 expect={C_S1_BYTES: "failed", C_S1_EQ: "passed", C_S2_BYTES: "passed", C_S3_MEM: "passed"}),
-        Planted("stage 3 keeps a copy of every unit it frees (out of memory_report's sight)", ZF,
+        Planted("stage 3 keeps a copy of every unit it frees (out of memory_report's sight)", ZF3,
                 ("        unit.full.untyped_storage().resize_(0)\n",
                  "        if unit.full.untyped_storage().nbytes():\n"
                  "            self.__dict__.setdefault('_kept', {})[id(unit)] = unit.full.clone()\n"
@@ -105,11 +111,11 @@ def _semantic_cheats() -> tuple[Planted, ...]:
         Planted("stage 2 reduce-scatters every bucket only once the last one is complete", ZF,
                 ("        if unit.pending == 0:\n"
                  "            self._reduce_scatter_unit(unit)\n"
-                 "            if self.stage == 3:\n"
-                 "                self._free(unit)\n",
-                 "        if unit.pending == 0 and self.stage == 3:\n"
+                 "            if self.coordinator is not None:\n"
+                 "                self.coordinator.free(unit)\n",
+                 "        if unit.pending == 0 and self.coordinator is not None:\n"
                  "            self._reduce_scatter_unit(unit)\n"
-                 "            self._free(unit)\n"
+                 "            self.coordinator.free(unit)\n"
                  "        elif unit.pending == 0:  # hold every bucket, then reduce-scatter them all at once\n"
                  "            self._held = getattr(self, '_held', []) + [unit]\n"
                  "            if len(self._held) == len(self.units):\n"
@@ -163,18 +169,15 @@ def _grader_attacks() -> tuple[Planted, ...]:
 
 MANIFEST = Manifest(
     assignment="a5", folder="a5_zero", title="ZeRO: sharded optimizer state, gradients and parameters",
-    files={ZF: "lib/scaletrain/zero/engine.py"},
+    files={ZF: "lib/scaletrain/zero/engine.py", ZF3: "lib/scaletrain/zero/stage3.py"},
     tasks=(
         Task("5.1", "Shard and unshard the flat buffer", file=ZF, functions=("shard_of", "unshard")),
         Task("5.2", "Stage 1: reduce-scatter, step on the shard, all-gather", file=ZF, functions=("_step_stage1",)),
         Task("5.3", "Stage 2: reduce-scatter buckets during backward", file=ZF,
              functions=("_grad_ready", "_reduce_scatter_unit", "_step_stage2")),
-        Task("5.4", "Stage 3: gather parameters before use, free them after", file=ZF, functions=("_gather", "_free")),
+        Task("5.4", "Stage 3: gather parameters before use, free them after", file=ZF3, functions=("gather", "free")),
     ),
-    forbidden={ZF: ("torch.distributed.optim", "torch.distributed.fsdp", "torch.distributed._composable",
-                    "torch.distributed.tensor", "torch.nn.parallel", *TORCH_COLLECTIVES,
-                    "scaletrain.zero.engine", "scaletrain.zero.ZeRO", "scaletrain.zero.shard_of",
-                    "scaletrain.zero.unshard", "importlib", "__import__", "exec", "eval")},
+    forbidden={file: FORBIDDEN for file in (ZF, ZF3)},
     groups=(
         Group("ranks", "autograder.suites.a5_zero:group_ranks", timeout_s=240, trusted=True, checks=(
             Check("5.1", C_SHARD, 1), Check("5.1", C_UNSHARD, 2),
@@ -190,13 +193,16 @@ MANIFEST = Manifest(
                 ('unit.shard.grad = ring_reduce_scatter(unit.sync_flat_grad(), op="avg", group=self.group)',
                  'unit.shard.grad = ring_reduce_scatter(unit.sync_flat_grad(), op="sum", group=self.group)'),
                 expect={C_S1_EQ: "failed", C_S1_BYTES: "failed", C_UNSHARD: "passed", C_S3_EQ: "passed"}),
-        Planted("stage 3 never frees gathered parameters", ZF,
+        Planted("stage 3 never frees gathered parameters", ZF3,
                 ("        unit.full.untyped_storage().resize_(0)\n", "        pass\n"),
                 expect={C_S3_MEM: "failed", C_S3_EQ: "passed", C_S3_COMM: "passed", C_S2_EQ: "passed"}),
         *_semantic_cheats(),
         Planted("wraps torch's FSDP", ZF,
                 ("import torch.nn as nn\n", "import torch.nn as nn\nfrom torch.distributed.fsdp import fully_shard\n"),
-                expect={C_SHARD: "flagged", C_S1_EQ: "flagged", C_S3_MEM: "flagged"}),
+                expect={C_SHARD: "flagged", C_S1_EQ: "flagged", C_S2_EARLY: "flagged"}),
+        Planted("stage 3's coordinator wraps torch's FSDP", ZF3,
+                ("import torch.nn as nn\n", "import torch.nn as nn\nfrom torch.distributed.fsdp import fully_shard\n"),
+                expect={C_S3_EQ: "flagged", C_S3_MEM: "flagged", C_S1_EQ: "passed"}),
         Planted("all-gather that only receives (deadlock)", ZF,
                 ("    ring_all_gather_chunks(chunks, ring)\n",
                  "    torch.distributed.irecv(mine, src=ring.recv_from, group=ring.group).wait()\n"),
@@ -641,7 +647,7 @@ VERIFY = {C_UNSHARD: (_verify_unshard,), C_S1_EQ: (_verify_equal,), C_S2_EQ: (_v
           C_S3_MEM: (_verify_held, _verify_stage3), C_S3_COMM: (_verify_sent,)}
 CHECKS = (C_SHARD, C_UNSHARD, C_S1_EQ, C_S1_BYTES, C_S2_EQ, C_S2_BYTES, C_S2_EARLY, C_S3_EQ, C_S3_MEM, C_S3_COMM)
 # what each task's checks call: every stage gathers with 5.1's functions, stage 3 reduces with 5.3's
-S1, S2, S3 = ("_step_stage1",), ("_grad_ready", "_reduce_scatter_unit"), ("_gather", "_free")
+S1, S2, S3 = ("_step_stage1",), ("_grad_ready", "_reduce_scatter_unit"), ("gather", "free")
 NEEDS = {C_SHARD: ("shard_of",), C_UNSHARD: ("unshard",)}
 NEEDS.update({name: ("shard_of", "unshard") + extra for names, extra in (
     ((C_S1_EQ, C_S1_BYTES), S1), ((C_S2_EQ, C_S2_BYTES, C_S2_EARLY), S2 + ("_step_stage2",)),
@@ -680,7 +686,7 @@ def _verify_shards(cases, got) -> None:
 
 
 def group_ranks(ctx):
-    todo = unimplemented(ctx.submission / ZF)  # read as text: this process never imports it
+    todo = unimplemented(ctx.submission / ZF) | unimplemented(ctx.submission / ZF3)  # read as text, never imported
     skip = {name: ", ".join(f"`{f}`" for f in NEEDS[name] if f in todo) + " still raise NotImplementedError"
             for name in CHECKS if todo & set(NEEDS[name])}
     seed = checks.trial_seeds(1, salt=55)[0]

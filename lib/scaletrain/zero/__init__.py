@@ -9,7 +9,7 @@
     ckpt = zero.full_state_dict()  # model + optimizer, unpadded, on rank 0; reloads at any N
 
 stages.py: what each stage shards and sends; layout.py: flat buffers and units; engine.py: the
-stages (assignment a5); report.py: measured vs formula; checkpoint.py: world-size-independent
+stages (assignment a5); stage3.py: when stage 3 gathers, frees and prefetches; report.py: measured vs formula; checkpoint.py: world-size-independent
 checkpoints; demo.py: notebook 05's measurements; benchmark.py: `python -m scaletrain.bench zero`
 against torch's ZeroRedundancyOptimizer and FSDP2.
 """

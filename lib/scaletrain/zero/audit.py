@@ -10,6 +10,7 @@ import torch.distributed as dist
 
 from scaletrain.memory import bytes_per_param
 from scaletrain.zero.report import expected_memory, optimizer_kind
+from scaletrain.zero.stages import stage_facts
 from scaletrain.zero.verify import Case, agreed, train_steps
 
 __all__ = ["check_memory", "check_comm", "check_stage3_gathers"]
@@ -29,7 +30,8 @@ def check_memory(engine) -> None:
     assert got.breakdown() == want, (f"stage {stage}, N={size}: measured {got.breakdown()}, formula at "
                                      f"padded Ψ' {want}")
     p, g, k = bytes_per_param(precision="fp32", optimizer=optimizer_kind(engine.optimizer))
-    sharded = {0: 0, 1: k, 2: g + k, 3: p + g + k}[stage]
+    facts = stage_facts(stage)  # bytes per parameter each rank keeps 1/N of
+    sharded = k * facts.optimizer_state + g * facts.gradients + p * facts.parameters
     assert sum(real) == (p + g + k - sharded) * psi * size + sharded * psi, \
         f"stage {stage}: Σ(total - padding) over ranks = {sum(real)}, Ψ = {psi}: padding miscounted"
     frozen = sum(q.numel() * q.element_size() for q in engine.model.parameters() if not q.requires_grad)
@@ -42,7 +44,7 @@ def check_comm(engine) -> None:
     size = engine.dp_world_size
     psi_padded = sum(size * -(-u.numel // size) for u in engine.units)
     comm = engine.comm_report()
-    f = 3 if engine.stage == 3 else 2
+    f = stage_facts(engine.stage).comm_factor
     itemsize = engine.units[0].full.element_size()
     assert comm.bytes_sent * size == comm.steps * f * itemsize * psi_padded * (size - 1), (
         f"stage {engine.stage}, N={size}: sent {comm.bytes_sent} B in {comm.steps} steps; expected "

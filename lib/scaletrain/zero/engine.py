@@ -25,22 +25,17 @@ How the pieces run in one training step `zero_grad(); loss = model(x); loss.back
   stage 2  backward: as soon as a bucket's gradients are all accumulated, reduce-scatter the
            bucket and drop the full gradients (task 5.3); step: update my shard, all-gather.
   stage 3  forward: gather a unit's parameters just before its module runs, free them right after
-           (task 5.4); backward: gather them again before the module's backward, reduce-scatter
-           its gradients and free them as soon as they are accumulated; step: update my shard (no
-           all-gather: the next forward gathers).
+           (task 5.4, stage3.py's coordinator); backward: gather them again before the module's
+           backward, reduce-scatter its gradients and free them as soon as they are accumulated;
+           step: update my shard (no all-gather: the next forward gathers).
 
-Stage 3 prefetch (`prefetch=k`, FSDP's forward and backward prefetch; Zhao et al. 2023, "PyTorch
-FSDP", §3.3.2): the first step records the order in which the unit modules run forward and
-backward; from then on, when a module starts, the gathers of the next modules in that order (at
-most k units in flight) are handed to a communication thread (comm/thread.py, its own process
-group), so module i+1's all-gather runs while module i computes. Bytes sent are unchanged; the
-price is up to k more gathered units of memory.
+What a stage partitions is read from stages.py (`self.facts`), never from the stage's number;
+when stage 3 gathers, frees and prefetches (FSDP's prefetch) is stage3.py's `ParameterCoordinator`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
@@ -49,11 +44,11 @@ from torch.autograd import Variable
 
 from scaletrain.comm.counter import CommStats, comm_counter
 from scaletrain.comm.ring import ring_all_gather_chunks, ring_allreduce, ring_of, ring_reduce_scatter
-from scaletrain.comm.thread import CommThread
 from scaletrain.dp.bucket import bucket_cap_bytes
 from scaletrain.zero import checkpoint, report
 from scaletrain.zero.layout import (FlatUnit, ParamGroup, bucket_units, default_unit_modules, module_units,
                                     named_groups, resolve_param_groups, torch_param_groups)
+from scaletrain.zero.stage3 import ParameterCoordinator
 from scaletrain.zero.stages import STAGES, stage_facts
 
 __all__ = ["ZeRO", "shard_of", "unshard", "STAGES"]
@@ -165,6 +160,12 @@ class ZeRO(torch.optim.Optimizer):
         named = (list(self.model.named_parameters()) if self.model is not None
                  else [pair for g in groups for pair in g.all_named])
         self._names = {id(p): n for n, p in named}
+        self.sent = CommStats()  # bytes this rank sent for training (hooks + step), not checkpoints
+        self.prefetch = prefetch
+        self.coordinator = (ParameterCoordinator(group=group, prefetch=prefetch, unshard=unshard,
+                                                 counted=self._counted_hook, on_backward=self._queue_finish,
+                                                 sent=self.sent)
+                            if self.facts.parameters else None)  # stage 3: gathers around the modules
         self.units = self._build_units(groups, unit_modules)
         if not self.units:
             raise ValueError("ZeRO: the model has no trainable parameters")
@@ -176,14 +177,8 @@ class ZeRO(torch.optim.Optimizer):
                          self.optimizer.defaults)
         self._built = True
         self.frozen = [p for _, p in named if not p.requires_grad]
-        self.sent = CommStats()  # bytes this rank sent for training (hooks + step), not checkpoints
         self.steps = 0
         self._finish_queued = False
-        self.prefetch = prefetch
-        self._order: dict[str, list[nn.Module]] = {"forward": [], "backward": []}
-        self._recording = True  # until the first backward ends: the order prefetch follows
-        self._inflight: dict[int, torch.futures.Future] = {}  # id(unit) -> its gather on the thread
-        self._comm = CommThread(group=group, name="zero3-prefetch") if prefetch else None
         self._register_hooks()
 
     def _build_units(self, groups: Sequence[ParamGroup], unit_modules: Sequence[nn.Module] | None,
@@ -207,7 +202,7 @@ class ZeRO(torch.optim.Optimizer):
             unit.shard = nn.Parameter(shard_of(unit.full, self.dp_rank, self.dp_world_size))
         else:
             unit.shard = nn.Parameter(shard_of(unit.full, self.dp_rank, self.dp_world_size).clone())
-            self._free(unit)
+            self.coordinator.free(unit)
         if not self.facts.gradients:
             unit.attach_flat_grad()
         unit.pending = len(unit.params)
@@ -255,9 +250,15 @@ class ZeRO(torch.optim.Optimizer):
                 loss = closure()
         self._sync_options()
         with self._counting():
-            (self._step_stage0, self._step_stage1, self._step_stage2, self._step_stage3)[self.stage]()
+            self._stage_step()()
         self.steps += 1
         return loss
+
+    def _stage_step(self) -> Callable[[], None]:
+        """The step of what this stage partitions (stages.py): parameters, gradients, state, nothing."""
+        facts = self.facts
+        return (self._step_stage3 if facts.parameters else self._step_stage2 if facts.gradients
+                else self._step_stage1 if facts.optimizer_state else self._step_stage0)
 
     def _sync_options(self) -> None:
         """Hand the options of `param_groups` (lr, weight decay...: what LR schedulers and users
@@ -292,15 +293,15 @@ class ZeRO(torch.optim.Optimizer):
     def _grad_ready(self, unit: FlatUnit) -> None:
         """Task 5.3. Called (through a hook) each time autograd has accumulated one parameter's
         gradient into `p.grad`. Count it off `unit.pending`; when the unit's last gradient has
-        arrived, reduce-scatter the unit with `_reduce_scatter_unit`. Stage 3 then also frees the
-        unit's gathered parameters (`_free`): its backward is over.
+        arrived, reduce-scatter the unit with `_reduce_scatter_unit`. Stage 3 (`self.coordinator`
+        is not None) then also frees the unit's gathered parameters: its backward is over.
         """
         # BEGIN SOLUTION
         unit.pending -= 1
         if unit.pending == 0:
             self._reduce_scatter_unit(unit)
-            if self.stage == 3:
-                self._free(unit)
+            if self.coordinator is not None:
+                self.coordinator.free(unit)
         # END SOLUTION
 
     def _reduce_scatter_unit(self, unit: FlatUnit) -> None:
@@ -335,105 +336,19 @@ class ZeRO(torch.optim.Optimizer):
         all-gather: the next forward gathers the parameters it needs)."""
         self.optimizer.step()
 
-    # -------------------------------------------------------------- stage 3: parameters
-
-    def _gather(self, unit: FlatUnit, group: Any = None) -> None:
-        """Task 5.4. Make the unit's parameters usable: give `unit.full` its N·m elements of storage
-        back (`unit.full.untyped_storage().resize_(nbytes)`) and all-gather every rank's shard into
-        it with `unshard` on `group` (None: the engine's `self.group`; the prefetch thread passes
-        its own, so its messages never meet the main thread's). The parameters are views of
-        `full`, so they see the values at once.
-        Already gathered (a module called twice, or the root during its children): do nothing.
-        """
-        if unit.gathered:
-            return
-        # BEGIN SOLUTION
-        unit.full.untyped_storage().resize_(unit.padded_numel * unit.full.element_size())
-        unshard(unit.full, unit.shard.detach(), self.group if group is None else group)
-        # END SOLUTION
-        unit.gathered = True
-
-    def _free(self, unit: FlatUnit) -> None:
-        """Task 5.4. Release the memory of the gathered parameters: resize `unit.full`'s storage to
-        0 bytes. The views stay valid objects (autograd keeps them for the backward, which
-        gathers again first); reading them before the next `_gather` is an error, not stale data.
-        """
-        # BEGIN SOLUTION
-        unit.full.untyped_storage().resize_(0)
-        # END SOLUTION
-        unit.gathered = False
-
-    def _pre_forward(self, module: nn.Module, _inputs: Any) -> None:
-        self._use(module, "forward")
-
-    def _post_forward(self, module: nn.Module, _inputs: Any, output: Any) -> None:
-        for unit in self._units_of[module]:
-            self._free(unit)
-        if torch.is_grad_enabled():  # gather again when the gradient reaches this module's output
-            for t in _tensors(output):
-                if t.requires_grad:
-                    t.register_hook(functools.partial(self._counted_hook, self._pre_backward, module))
-
-    def _pre_backward(self, module: nn.Module, _grad: torch.Tensor | None = None) -> None:
-        self._queue_finish()
-        self._use(module, "backward")
-
-    # -------------------------------------------------------------- stage 3: prefetch
-
-    def _use(self, module: nn.Module, phase: str) -> None:
-        """Gather `module`'s units (waiting for a prefetch already under way), then start the
-        gathers of the modules that come next in the recorded `phase` order."""
-        order = self._order[phase]
-        if self._recording and module not in order:
-            order.append(module)
-        for unit in self._units_of[module]:
-            self._wait(unit)
-            self._gather(unit)
-        if self._comm is not None and not self._recording:
-            for upcoming in order[order.index(module) + 1:]:
-                for unit in self._units_of[upcoming]:
-                    if len(self._inflight) >= self.prefetch:
-                        return
-                    if not unit.gathered and id(unit) not in self._inflight:
-                        self._inflight[id(unit)] = self._comm.submit(functools.partial(self._prefetch_job, unit))
-
-    def _prefetch_job(self, unit: FlatUnit, group: Any) -> CommStats:
-        """On the communication thread: gather `unit` on the thread's group; return what it sent."""
-        with comm_counter(this_thread=True) as stats:
-            self._gather(unit, group)
-        return stats
-
-    def _wait(self, unit: FlatUnit) -> None:
-        """If `unit` is being gathered on the thread, wait for it and count its bytes as training's."""
-        future = self._inflight.pop(id(unit), None)
-        if future is not None:
-            stats = future.wait()  # re-raises the thread's exception here
-            self.sent.bytes_sent += stats.bytes_sent
-            self.sent.messages += stats.messages
-
-    def _drain(self) -> None:
-        for unit in self.units:
-            self._wait(unit)
-
     def close(self) -> None:
-        """Stop the prefetch thread and destroy its process group (collective; a no-op without prefetch)."""
-        if self._comm is not None:
-            self._drain()
-            self._comm.close()
-            self._comm = None
+        """Stop stage 3's prefetch thread and destroy its process group (collective; a no-op
+        without prefetch)."""
+        if self.coordinator is not None:
+            self.coordinator.close()
 
     # -------------------------------------------------------------- hooks and bookkeeping
 
     def _register_hooks(self) -> None:
         for unit in self.units:
             self._hook_grads(unit)
-        if self.facts.parameters:
-            self._units_of: dict[nn.Module, list[FlatUnit]] = {}
-            for unit in self.units:
-                self._units_of.setdefault(unit.module, []).append(unit)
-            for module in self._units_of:
-                module.register_forward_pre_hook(functools.partial(self._counted_hook, self._pre_forward))
-                module.register_forward_hook(functools.partial(self._counted_hook, self._post_forward))
+        if self.coordinator is not None:
+            self.coordinator.register(self.units)
 
     def _hook_grads(self, unit: FlatUnit) -> None:
         """Sharded gradients (stages 2-3): count each of the unit's gradients as autograd finishes it."""
@@ -449,22 +364,19 @@ class ZeRO(torch.optim.Optimizer):
         """Run `_finish_backward` once the whole backward is over (autograd's final callback)."""
         if not self._finish_queued:
             self._finish_queued = True
-            Variable._execution_engine.queue_callback(
-                functools.partial(self._counted_hook, self._finish_backward))
+            Variable._execution_engine.queue_callback(lambda: self._counted_hook(self._finish_backward))
 
     def _finish_backward(self) -> None:
         """Units whose gradients only partly arrived (a parameter unused in this forward) are
         reduce-scattered now, missing gradients counting as 0; every rank walks the units in the
         same order, so the collectives match. Units that got no gradient at all are left alone
-        (like torch, their parameters are skipped by the step). Stage 3 frees what is gathered,
-        prefetched units included, and the first backward fixes the order prefetch follows."""
-        self._drain()
-        self._recording = False
+        (like torch, their parameters are skipped by the step). Stage 3's coordinator frees what
+        is gathered, prefetched units included (`finish_backward`)."""
+        if self.coordinator is not None:
+            self.coordinator.finish_backward()
         for unit in self.units:
             if 0 < unit.pending < len(unit.params):
                 self._reduce_scatter_unit(unit)
-            if self.facts.parameters and unit.gathered:
-                self._free(unit)
             unit.pending = len(unit.params)
         self._finish_queued = False
 
@@ -541,14 +453,3 @@ class ZeRO(torch.optim.Optimizer):
             return self.model.state_dict(keep_vars=True)
         return {self._names[id(p)]: p for g in self.param_groups for p in g["params"]}
 
-
-def _tensors(output: Any) -> Iterator[torch.Tensor]:
-    """The tensors inside a module's output (a tensor, or tuples / lists / dicts of them)."""
-    if isinstance(output, torch.Tensor):
-        yield output
-    elif isinstance(output, (tuple, list)):
-        for item in output:
-            yield from _tensors(item)
-    elif isinstance(output, dict):
-        for item in output.values():
-            yield from _tensors(item)
