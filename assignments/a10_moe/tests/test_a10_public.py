@@ -65,7 +65,8 @@ def test_task10_2_load_balancing_loss():
         mean_prob = [sum(row[i] for row in PROBS) / 4 for i in range(3)]               # P
         p = probs.clone().requires_grad_(True)
         loss = losses.load_balancing_loss(p, torch.tensor(experts))
-        assert_close(float(loss.detach()), 3 * sum(f * q for f, q in zip(fraction, mean_prob)), rtol=1e-12, what=f"{what}: loss")
+        assert_close(float(loss.detach()), 3 * sum(f * q for f, q in zip(fraction, mean_prob)), rtol=1e-12,
+                     what=f"{what}: loss")
         loss.backward()
         assert_close(p.grad, torch.tensor([[3 * f / 4 for f in fraction]] * 4, dtype=torch.float64),
                      what=f"{what}: gradient with respect to probs (through P only)")

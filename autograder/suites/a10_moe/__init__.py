@@ -44,7 +44,8 @@ MANIFEST = Manifest(
              functions=("_exchange", "exchange_splits", "backward")),
     ),
     forbidden={ROUTER: _NO_TRICKS, LOSSES: _NO_TRICKS, CAPACITY: _NO_TRICKS, DISPATCH: _NO_TRICKS,
-               A2A: _NO_TRICKS + TORCH_COLLECTIVES + ("torch.distributed.batch_isend_irecv", "torch.distributed.P2POp")},
+               A2A: _NO_TRICKS + TORCH_COLLECTIVES + ("torch.distributed.batch_isend_irecv",
+                                                        "torch.distributed.P2POp")},
     groups=(
         Group("routing", _JUDGE + "group_routing", timeout_s=90, trusted=True, checks=(
             Check("10.1", C_TOPK, 3), Check("10.1", C_TOPK_GRAD, 2),

@@ -150,7 +150,8 @@ def dispatch_jobs(seed: int) -> list[dict]:
 
 def _layer_weights(gen, e: int, h: int, f: int, scale: float) -> dict:
     return {"router": _randn(gen, e, h, scale=scale), "w1": _randn(gen, e, h, f, scale=0.4),
-            "b1": _randn(gen, e, f, scale=0.1), "w2": _randn(gen, e, f, h, scale=0.4), "b2": _randn(gen, e, h, scale=0.1)}
+            "b1": _randn(gen, e, f, scale=0.1), "w2": _randn(gen, e, f, h, scale=0.4),
+            "b2": _randn(gen, e, h, scale=0.1)}
 
 
 LAYER_CONFIGS = (dict(routing="capacity", top_k=1, capacity_factor=1.0), dict(routing="capacity", top_k=2,
@@ -189,7 +190,8 @@ def rank_jobs(seed: int) -> list[dict]:
                    z_loss_coef=0.01)
         jobs.append({"name": f"expert parallel ep={ep} E={e}", "kind": "ep", "p": ep, "cfg": cfg,
                      "weights": _layer_weights(gen, e, 6, 5, scale=1.5),
-                     "x": [_randn(gen, 7 + 3 * r, 6) for r in range(ep)], "w": [_randn(gen, 7 + 3 * r, 6) for r in range(ep)]})
+                     "x": [_randn(gen, 7 + 3 * r, 6) for r in range(ep)],  # uneven tokens per rank
+                     "w": [_randn(gen, 7 + 3 * r, 6) for r in range(ep)]})
     return jobs
 
 

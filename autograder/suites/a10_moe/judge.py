@@ -120,7 +120,8 @@ def _judge_group(asked, jobs) -> None:
         start = 0
         for i, n in enumerate(want_counts):
             mine = sorted(zip(tokens[start:start + n], gates[start:start + n]))
-            want = sorted((tok, g) for tok, g, ex in zip(job["token"].tolist(), job["gate"].tolist(), expert) if ex == i)
+            want = sorted((tok, g) for tok, g, ex in zip(job["token"].tolist(), job["gate"].tolist(), expert)
+                          if ex == i)
             if mine != want:
                 raise AssertionError(f"{where}: rows {start}..{start + n - 1} (expert {i}'s group) hold the (token, "
                                      f"gate) pairs {mine}, expected {want} in any order"[:600])

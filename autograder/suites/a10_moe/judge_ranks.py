@@ -113,7 +113,8 @@ def group_ranks(ctx):
                     if "ok" not in entry:
                         raise AssertionError(f"{job['name']}: rank {r} sent no outputs")
                     try:
-                        (_judge_a2a if job["kind"] == "a2a" else _judge_ep)(job, entry["ok"], refs[job["name"]], r, name)
+                        judge = _judge_a2a if job["kind"] == "a2a" else _judge_ep
+                        judge(job, entry["ok"], refs[job["name"]], r, name)
                     except (KeyError, TypeError, IndexError, AttributeError) as exc:
                         raise AssertionError(f"{job['name']}, rank {r}: the outputs that came back are malformed "
                                              f"({type(exc).__name__}: {exc})") from None

@@ -22,7 +22,8 @@ def _attacks() -> tuple[Planted, ...]:
     attacks = function_attacks(checks=[C_CAP], module="scaletrain.moe.capacity", source=str(REPO / SOURCES[CAPACITY]),
                                call="expert_capacity(tokens=tokens, num_experts=num_experts, "
                                     "capacity_factor=capacity_factor, k=k)")
-    return tuple(Planted(name, CAPACITY, (_CEIL, body + "\n"), groups=("routing",), expect={C_CAP: outcome, C_KEEP: "passed"})
+    return tuple(Planted(name, CAPACITY, (_CEIL, body + "\n"), groups=("routing",),
+                         expect={C_CAP: outcome, C_KEEP: "passed"})
                  for name, (body, outcome) in attacks.items())
 
 
@@ -61,7 +62,8 @@ PLANTED = (
             (_EXCHANGE_START, "    dist.all_to_all(recv, send, group=group)\n    return\n" + _EXCHANGE_START),
             groups=("ranks",), expect={C_A2A: "flagged", C_A2AV: "flagged", C_EP: "flagged"}),
     Planted("all_to_all_single looked up by a name built at run time", A2A,
-            (_EXCHANGE_START, "    getattr(dist, 'all_to_all' + '_single')(torch.cat(recv), torch.cat(send), group=group)\n"
+            (_EXCHANGE_START, "    getattr(dist, 'all_to_all' + '_single')(torch.cat(recv), torch.cat(send), "
+                              "group=group)\n"
                               "    return\n" + _EXCHANGE_START),
             groups=("ranks",), expect={C_A2A: "flagged", C_A2AV: "flagged", C_A2A_BYTES: "flagged"}),
     Planted("all-to-all that waits on each receive before sending (deadlock)", A2A,
