@@ -99,7 +99,7 @@ PLANTED = (
              "if need not in (queue or ()):\n                        break\n"
              "                    queue.remove(need)"),
             groups=("pure",),
-            expect={C3_CHANNEL: "failed", C3_ACCEPT: "passed", C3_DETECT: "passed", C3_REPORT: "passed"}),
+            expect={C3_CHANNEL: "failed", C3_ACCEPT: "passed"}),  # some hidden deadlocks are out-of-order receives
     Planted("dry run names the highest stalled rank, not the lowest", V,
             ("        r = stalled[0]\n", "        r = stalled[-1]\n"), groups=("pure",),
             expect={C3_REPORT: "failed", C3_ACCEPT: "passed", C3_DETECT: "passed"}),
