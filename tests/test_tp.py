@@ -197,3 +197,21 @@ def test_block_formula_is_korthikanti_adapted() -> None:
         assert tp_k == s * b * h * L * (10 + Fraction(24, t) + Fraction(5 * a * s, h * t))
         assert sp_k == s * b * h * L * (Fraction(34, t) + Fraction(5 * a * s, h * t))
         assert tp_k - sp_k == 10 * s * b * h * L * (t - 1) // t
+
+
+def test_the_plan_is_what_parallelize_did() -> None:
+    """scaletrain.tp.plan drives parallelize and gpt_shard: every parameter of a converted GPT carries
+    (as `mark_sharded` recorded it) the split the plan gives its name, and the modules are the plan's."""
+    from scaletrain.tp.plan import GPT_PLAN, param_split, style_of
+    model = parallelize(GPT(GPTConfig(vocab_size=64, block_size=8, n_layer=2, n_head=4, n_embd=16), seed=0))
+    for name, p in model.named_parameters():
+        marked = (p.tp_dim, p.tp_parts) if hasattr(p, "tp_dim") else None
+        assert marked == param_split(name), f"{name}: marked {marked}, the plan says {param_split(name)}"
+    kinds = {"vocab": "VocabParallelEmbedding", "heads": "ParallelSelfAttention", "colwise": "ColumnParallelLinear",
+             "rowwise": "RowParallelLinear"}
+    for path, module in model.named_modules():
+        style = style_of(path, GPT_PLAN)
+        if style in kinds:
+            assert type(module).__name__ == kinds[style], f"{path}: {type(module).__name__}, the plan says {style}"
+    assert model.lm_head.weight is model.wte.weight, "the head's weight is no longer tied to the embedding's"
+    assert param_split("blocks.7.attn.qkv.bias") == (0, 3) and param_split("ln_f.weight") is None

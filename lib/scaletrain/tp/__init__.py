@@ -7,6 +7,7 @@
     ParallelSelfAttention                       heads split over the ranks (attention.py)
     gather_from_sp / reduce_scatter_to_sp       sequence parallelism's all-gather / reduce-scatter pair (sequence.py)
     parallelize(gpt, tp_group, sequence_parallel=False)   the tiny GPT, converted in place (gpt.py)
+    GPT_PLAN, param_split                       the plan as data: module path -> split style (plan.py)
     TensorParallelDropout, keep_mask            dropout whose masks do not depend on the split (dropout.py)
     allreduce, all_gather, reduce_scatter       the wire: backend="ring" (ours, counted) or "torch" (collectives.py)
     shard / shard_like                          which slice of an unsharded weight a rank holds (layers.py)
@@ -33,6 +34,7 @@ from scaletrain.tp.embedding import VocabParallelEmbedding, vocab_range
 from scaletrain.tp.gpt import (TensorParallelGPT, allreduce_sequence_parallel_grads, parallelize,
                                sequence_parallel_params)
 from scaletrain.tp.layers import ColumnParallelLinear, RowParallelLinear, mark_sharded, shard, shard_like
+from scaletrain.tp.plan import GPT_PLAN, param_split
 from scaletrain.tp.operators import (CopyToTensorParallel, GatherFromTensorParallel, ReduceFromTensorParallel,
                                      ScatterToTensorParallel, copy_to_tp, gather_from_tp, reduce_from_tp,
                                      scatter_to_tp)
@@ -48,4 +50,5 @@ __all__ = ["copy_to_tp", "reduce_from_tp", "gather_from_tp", "scatter_to_tp", "C
            "gather_from_sp", "reduce_scatter_to_sp", "sequence_gather_linear",
            "TensorParallelGPT", "parallelize", "allreduce_sequence_parallel_grads", "sequence_parallel_params",
            "BACKENDS", "allreduce", "allreduce_max", "all_gather", "reduce_scatter", "split", "tp_rank",
-           "tp_world_size", "shard", "shard_like", "mark_sharded", "TensorParallelDropout", "keep_mask"]
+           "tp_world_size", "shard", "shard_like", "mark_sharded", "TensorParallelDropout", "keep_mask", "GPT_PLAN",
+           "param_split"]

@@ -1,14 +1,16 @@
 """`parallelize(model, tp_group)`: the tiny GPT of `scaletrain.models`, tensor (and sequence) parallel.
 
 The recipe of Megatron-LM (Shoeybi et al. 2019, §3) on `scaletrain.models.GPT`, module by module,
-weights sliced from the unsharded model so that the result is comparable with one process:
+weights sliced from the unsharded model so that the result is comparable with one process. Which
+module gets which split is data, `scaletrain.tp.plan.GPT_PLAN` (module path -> style), read both
+by `parallelize` and by `gpt_shard`:
 
-    wte             -> VocabParallelEmbedding           rows split; g (or reduce-scatter under SP)
-    block.attn      -> ParallelSelfAttention             heads split: QKV column, proj row
-    block.mlp[0]    -> ColumnParallelLinear  h -> 4h/t   f before it
-    block.mlp[2]    -> RowParallelLinear     4h/t -> h   g after it
-    lm_head         -> ColumnParallelLinear  h -> V/t    the same rows as wte (tied weights)
-    loss            -> vocab_parallel_cross_entropy      never the full logits
+    wte             vocab     -> VocabParallelEmbedding           rows split; g (or reduce-scatter under SP)
+    blocks.*.attn   heads     -> ParallelSelfAttention             heads split: QKV column, proj row
+    blocks.*.mlp.0  colwise   -> ColumnParallelLinear  h -> 4h/t   f before it
+    blocks.*.mlp.2  rowwise   -> RowParallelLinear     4h/t -> h   g after it
+    lm_head         colwise   -> ColumnParallelLinear  h -> V/t    the same rows as wte (tied weights)
+    loss                      -> vocab_parallel_cross_entropy      never the full logits
 LayerNorms, the residual stream and the position embedding stay whole on every rank (tensor
 parallelism) or hold this rank's s/t positions (`sequence_parallel=True`, Korthikanti et al. 2022).
 The block's own forward is unchanged: the parallel layers carry the communication.
@@ -49,13 +51,10 @@ from scaletrain.tp.cross_entropy import vocab_parallel_cross_entropy
 from scaletrain.tp.dropout import TensorParallelDropout
 from scaletrain.tp.embedding import VocabParallelEmbedding
 from scaletrain.tp.layers import ColumnParallelLinear, RowParallelLinear, shard
+from scaletrain.tp.plan import COLWISE, GPT_PLAN, HEADS, REPLICATED, ROWWISE, VOCAB, param_split, style_of
 
 __all__ = ["TensorParallelGPT", "parallelize", "allreduce_sequence_parallel_grads", "sequence_parallel_params",
-           "GPT_SPLITS", "gpt_shard"]
-
-# How `parallelize` splits each parameter of the GPT, by name suffix: (dim, parts); the rest is whole.
-GPT_SPLITS = {"wte.weight": (0, 1), "attn.qkv.weight": (0, 3), "attn.qkv.bias": (0, 3), "attn.proj.weight": (1, 1),
-              "mlp.0.weight": (0, 1), "mlp.0.bias": (0, 1), "mlp.2.weight": (1, 1)}
+           "gpt_shard"]
 
 
 class TensorParallelGPT(GPT):
@@ -129,20 +128,17 @@ def parallelize(model: GPT, tp_group: Any = None, *, sequence_parallel: bool = F
     _check(model, t, sequence_parallel)
     kw = dict(tp_group=tp_group, sequence_parallel=sequence_parallel, backend=backend)
     r = tp_rank(tp_group)
+    tied = model.lm_head.weight is model.wte.weight
+    for path, module in [(p, m) for p, m in model.named_modules() if style_of(p, GPT_PLAN) != REPLICATED]:
+        _replace(model, path, _convert(style_of(path, GPT_PLAN), module, path, kw, dropout_seed))
+    if tied:
+        model.lm_head.weight = model.wte.weight  # the head's rows are the embedding's rows of this rank
     for i, block in enumerate(model.blocks):
-        block.attn = ParallelSelfAttention.from_attention(block.attn, dropout_seed=dropout_seed, dropout_site=2 * i,
-                                                          **kw)
-        block.mlp[0] = ColumnParallelLinear.from_linear(block.mlp[0], **kw)
-        block.mlp[2] = RowParallelLinear.from_linear(block.mlp[2], input_is_parallel=True, **kw)
         # after g: the whole (b, s, h) on every rank; after SP's reduce-scatter: this rank's positions
         block.mlp[3] = TensorParallelDropout(block.mlp[3].p, seed=dropout_seed, site=2 * i + 1,
                                              split_dim=1 if sequence_parallel else None, tp_rank=r, tp_world_size=t)
         if sequence_parallel:
             _mark_sequence_parallel(block.ln1, block.ln2)
-    model.wte = VocabParallelEmbedding.from_embedding(model.wte, **kw)
-    head = ColumnParallelLinear(model.cfg.n_embd, model.cfg.vocab_size, bias=False, **kw)
-    head.weight = model.wte.weight  # tied: the head's rows are the embedding's rows of this rank
-    model.lm_head = head
     if sequence_parallel:
         _mark_sequence_parallel(model.ln_f, model.wpe)
     model.__class__ = TensorParallelGPT
@@ -151,10 +147,31 @@ def parallelize(model: GPT, tp_group: Any = None, *, sequence_parallel: bool = F
     return model
 
 
+def _convert(style: str, module: nn.Module, path: str, kw: dict, dropout_seed: int) -> nn.Module:
+    """The tensor-parallel module of `style` (scaletrain.tp.plan) made from the unsharded `module`."""
+    if style == COLWISE:
+        return ColumnParallelLinear.from_linear(module, **kw)
+    if style == ROWWISE:
+        return RowParallelLinear.from_linear(module, input_is_parallel=True, **kw)
+    if style == VOCAB:
+        return VocabParallelEmbedding.from_embedding(module, **kw)
+    if style == HEADS:  # its dropout stream: site 2i of block i (the MLP's dropout is 2i + 1)
+        block = int(path.split(".")[1])
+        return ParallelSelfAttention.from_attention(module, dropout_seed=dropout_seed, dropout_site=2 * block, **kw)
+    raise ValueError(f"parallelize: no conversion for style {style!r} of module {path!r}")
+
+
+def _replace(model: nn.Module, path: str, new: nn.Module) -> None:
+    """Put `new` at the dotted `path` of `model` ("blocks.0.mlp.0": an index of a Sequential too)."""
+    parent, _, name = path.rpartition(".")
+    setattr(model.get_submodule(parent) if parent else model, name, new)
+
+
 def gpt_shard(name: str, full: torch.Tensor, *, rank: int, world_size: int) -> torch.Tensor:
     """The slice of the unsharded GPT's tensor `name` (a parameter or its gradient) that rank `rank`
-    holds after `parallelize`, computed without a process group (what the grader compares with)."""
-    split = next((v for k, v in GPT_SPLITS.items() if name == k or name.endswith("." + k)), None)
+    holds after `parallelize`, computed without a process group (what the grader compares with):
+    the split `GPT_PLAN` gives the parameter's module."""
+    split = param_split(name, GPT_PLAN)
     if split is None:
         return full
     return shard(full, dim=split[0], rank=rank, world_size=world_size, parts=split[1])
