@@ -52,7 +52,8 @@ def test_task10_1_top_k_routing():
         if renormalised:
             top_ref = top_ref / top_ref.sum(-1, keepdim=True)
         (top_ref * w).sum().backward()
-        assert_close(logits.grad, ref.grad, what=f"{what}: gradient of the gates with respect to the logits")
+        assert_close(logits.grad, ref.grad, atol=1e-12,  # p/p at k = 1 with normalize: 0 up to rounding
+                     what=f"{what}: gradient of the gates with respect to the logits")
 
 
 @pytest.mark.task10_2
