@@ -77,16 +77,41 @@ def _all_plans(s, t):
                 yield Split(s, k, first, rest)
 
 
+PUBLIC_CHAIN = Chain(input_bytes=(3, 5, 5, 5, 2), tape_bytes=(8, 20, 20, 20, 9),
+                     saves_input=(True, True, True, True, False), forward_s=(1, 3, 3, 3, 1), backward_s=(2, 6, 6, 6, 1))
+
+
+def _budgets_and_plans():
+    """Every third budget from the lowest peak up, and every plan of the 5-stage chain, simulated."""
+    sims = [simulate(p, PUBLIC_CHAIN) for p in _all_plans(0, PUBLIC_CHAIN.n - 1)]
+    return range(min_peak(PUBLIC_CHAIN), max(s.peak_bytes for s in sims) + 1, 3), sims
+
+
+@pytest.mark.task7_3
+def test_task7_3_planner_plans_fit_their_budget():
+    budgets, _ = _budgets_and_plans()
+    for budget in budgets:
+        got = simulate(rp.plan_rotor(PUBLIC_CHAIN, budget), PUBLIC_CHAIN)
+        expect_equal(got.peak_bytes <= budget, True,
+                     what=f"plan_rotor(the 5-stage chain, budget {budget}): peak {got.peak_bytes} B within the budget")
+
+
 @pytest.mark.task7_3
 def test_task7_3_planner_finds_the_fastest_plan_within_budget():
-    chain = Chain(input_bytes=(3, 5, 5, 5, 2), tape_bytes=(8, 20, 20, 20, 9), saves_input=(True, True, True, True, False),
-                  forward_s=(1, 3, 3, 3, 1), backward_s=(2, 6, 6, 6, 1))
-    sims = [simulate(p, chain) for p in _all_plans(0, chain.n - 1)]
-    for budget in range(min_peak(chain), max(s.peak_bytes for s in sims) + 1, 3):
-        got = simulate(rp.plan_rotor(chain, budget), chain)
-        assert got.peak_bytes <= budget, f"plan_rotor(the 5-stage chain, budget {budget}): peak {got.peak_bytes} > budget"
+    budgets, sims = _budgets_and_plans()
+    for budget in budgets:
+        got = simulate(rp.plan_rotor(PUBLIC_CHAIN, budget), PUBLIC_CHAIN)
         expect_equal(got.time_s, min(s.time_s for s in sims if s.peak_bytes <= budget),
                      what=f"plan_rotor(the 5-stage chain, budget {budget}): time of the plan against the fastest "
                           f"of all {len(sims)} plans within the budget")
-    with pytest.raises(ValueError):
-        rp.plan_rotor(chain, min_peak(chain) - 1)
+
+
+@pytest.mark.task7_3
+def test_task7_3_planner_raises_when_no_plan_fits():
+    budget = min_peak(PUBLIC_CHAIN) - 1
+    try:
+        got = rp.plan_rotor(PUBLIC_CHAIN, budget)
+    except ValueError:
+        return
+    pytest.fail(f"task 7.3: plan_rotor(the 5-stage chain, budget {budget}) returned {got!r}, but the lowest "
+                f"possible peak is {budget + 1} B: expected a ValueError")
