@@ -75,6 +75,31 @@ PLANTED = (
             (_SPLITS, "    table = _rows_out(sizes.repeat(p), [p] * p, [p] * p, group).view(p, p)\n"
                       "    return table[:, _members(group)[0]].tolist()\n"),
             groups=("ranks",), expect={C_A2AV: "passed", C_A2A: "passed", C_A2A_BYTES: "failed", C_EP: "passed"}),
+    # the decisions left to the student: other correct designs must get every point
+    Planted("another design: groups in descending token order, combine as a dense scatter matrix (passes)", DISPATCH,
+            (("    order = torch.argsort(expert, stable=True)\n",
+              "    order = torch.cat([torch.nonzero(expert == e).flatten().flip(0) for e in range(num_experts)]\n"
+              "                      + [torch.zeros(0, dtype=torch.long)])\n"),
+             ("    out = y.new_zeros(tokens, y.shape[1])\n"
+              "    return out.index_add(0, groups.token, y * groups.gate[:, None].to(y.dtype))\n",
+              "    scatter = y.new_zeros(tokens, y.shape[0])\n"
+              "    scatter = scatter.index_put((groups.token, torch.arange(y.shape[0])), groups.gate.to(y.dtype))\n"
+              "    return scatter @ y\n")),
+            groups=("dispatch",), expect={C_GROUP: "passed", C_DISPATCH: "passed", C_LAYER: "passed"}),
+    Planted("another design: every send first in plain rank order, split sizes by _exchange (passes)", A2A,
+            ((_RECV, "            pass\n"),
+             ("    for step in range(1, p):\n        dst = (rank + step) % p\n        if send[dst].numel():\n",
+              "    for dst in range(p):  # everyone to rank 0 first, then to rank 1 ...\n"
+              "        if dst != rank and send[dst].numel():\n"),
+             ("    recv[rank].copy_(send[rank])\n",
+              "    for src in range(p):  # the receives, after every send\n"
+              "        if src != rank and recv[src].numel():\n"
+              "            handles.append(dist.irecv(recv[src], src=peers[src], group=group))\n"
+              "    recv[rank].copy_(send[rank])\n"),
+             (_SPLITS, "    got = [torch.zeros(1, dtype=torch.int64) for _ in range(p)]\n"
+                       "    _exchange(list(sizes.split(1)), got, group)\n"
+                       "    return [int(g) for g in got]\n")),
+            groups=("ranks",), expect={C_A2A: "passed", C_A2AV: "passed", C_A2A_BYTES: "passed", C_EP: "passed"}),
     *_attacks(),
     Planted("syntax error", DISPATCH, ("def combine(", "def combine(("), groups=("dispatch",),
             expect={C_GROUP: "error", C_DISPATCH: "error", C_LAYER: "error"}),
