@@ -112,7 +112,7 @@ def _step(dpm, rank, micro=1, launches=None, **kw):
             (dp(x[j * B:(j + 1) * B], y[j * B:(j + 1) * B])[1] / micro).backward()
     during_backward = len(launches)
     dp.finish_gradient_synchronization()
-    return [p.grad for p in dp.module.parameters()], during_backward, len(dp.buckets)
+    return [p.grad for p in dp.module.parameters()], during_backward, len(launches), len(dp.buckets)
 
 
 def _reference_buckets(params, cap_bytes):
@@ -129,24 +129,36 @@ def _close(grads, ref, what):
 
 
 def _sync_after_backward(dpm, rank):
-    grads, during, _ = _step(dpm, rank, overlap=False)
+    grads, during, _, _ = _step(dpm, rank, overlap=False)
     expect_equal(during, 0, what="DataParallel(overlap=False): allreduces launched during backward")
     _close(grads, _grads_single_process(P * B, 7), f"DataParallel(overlap=False), {P} ranks x {B} sequences")
 
 
+def _once(dpm, rank):
+    for overlap in (False, True):
+        _, _, total, n_buckets = _step(dpm, rank, overlap=overlap)
+        expect_equal(total, n_buckets, what=f"DataParallel(overlap={overlap}): allreduces in one step, one per bucket")
+
+
 def _overlap(dpm, rank):
-    grads, during, n_buckets = _step(dpm, rank)
+    _, during, _, n_buckets = _step(dpm, rank)
     assert n_buckets > 1, f"DataParallel(bucket_cap_mb={CAP_MB}) built {n_buckets} bucket(s); the reference 7"
-    assert during >= n_buckets - 1, f"only {during} of {n_buckets} buckets launched during backward"
+    assert during >= n_buckets - 1, (f"DataParallel(overlap=True): only {during} of {n_buckets} buckets launched "
+                                     f"during backward, expected at least {n_buckets - 1}")
+
+
+def _hooked(dpm, rank):
+    grads, _, _, _ = _step(dpm, rank)
     _close(grads, _grads_single_process(P * B, 7), f"DataParallel (overlap), {P} ranks x {B} sequences")
 
 
 def _no_sync(dpm, rank):
-    grads, _, _ = _step(dpm, rank, micro=4)
+    grads, _, _, _ = _step(dpm, rank, micro=4)
     _close(grads, _grads_single_process(P * 4 * B, 7), f"DataParallel, 3 micro-steps in no_sync() and a 4th, {P} ranks")
 
 
-CHECKS = {"sync": _sync_after_backward, "overlap": _overlap, "no_sync": _no_sync}
+# one per property, as the grader's checks: a mistake fails the tests of the properties it breaks
+CHECKS = {"sync": _sync_after_backward, "once": _once, "overlap": _overlap, "hooked": _hooked, "no_sync": _no_sync}
 
 
 def _rank(rank, world_size):
@@ -177,9 +189,19 @@ def test_task3_2_sync_after_backward_equals_one_process(ranks):
     _assert_ok(ranks, "sync")
 
 
+@pytest.mark.task3_2
+def test_task3_2_one_allreduce_per_bucket(ranks):
+    _assert_ok(ranks, "once")
+
+
 @pytest.mark.task3_3
-def test_task3_3_hooks_overlap_and_equal_one_process(ranks):
+def test_task3_3_hooks_launch_buckets_during_backward(ranks):
     _assert_ok(ranks, "overlap")
+
+
+@pytest.mark.task3_3
+def test_task3_3_overlapped_steps_equal_one_process(ranks):
+    _assert_ok(ranks, "hooked")
 
 
 @pytest.mark.task3_3
