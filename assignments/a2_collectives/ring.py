@@ -1,40 +1,28 @@
 # The file to fill in (handout: README.md here). Staff: generated from lib/scaletrain/comm/ring.py by `python -m autograder release`; edit the source.
 """Ring reduce-scatter, all-gather and allreduce built from point-to-point messages (assignment a2).
 
-p ranks stand on a ring; rank r sends only to r+1 and receives only from r-1 (mod p). The flat
-tensor of n elements is padded with zeros to p·m elements, m = ⌈n/p⌉, and cut into p chunks of m:
+p ranks stand on a ring; rank r sends only to r+1 and receives only from r-1 (mod p) (`Ring`).
 
-    chunk i = elements [i·m, (i+1)·m)            (the last chunks may be partly or all padding)
+The public layout (`ring_reduce_scatter`, `ring_all_gather`, given): the flat tensor of n elements
+is padded with zeros to p·m elements, m = ⌈n/p⌉, and rank r's shard is elements [r·m, (r+1)·m).
 
-Reduce-scatter (p-1 steps): at every step each rank passes one running sum to its successor and
-adds its own copy of a chunk into the one it receives; after the last step rank r holds chunk r
-summed over all ranks. All-gather (p-1 steps): each rank forwards one complete chunk per step,
-until every rank holds all p. Which chunk moves at which step follows from where each sum must
-end; with p = 3 (`c1 <- {0,2}`: received chunk 1, which now holds the sum of ranks 0 and 2's
-chunk 1; diagram.py prints this for any p):
+Reduce-scatter takes p-1 steps: at every step each rank passes one running sum to its successor
+and adds its own copy of a chunk into the one it receives; after the last step rank r holds chunk r
+summed over all ranks. All-gather takes p-1 steps: each rank forwards one complete chunk per step,
+until every rank holds all p. *Which* chunk moves at which step, how a step's sends and receives
+are ordered so that no two neighbours wait on each other, and (inside `ring_allreduce`) how the
+tensor is cut into chunks are yours to derive: "Large scale deep learning optimizations" seminar,
+§1.2.2 Data parallel and §1.2.5.2; Patarasuk & Yuan 2009, §3. The grader checks properties every
+correct ring has, not one schedule: the sums, the neighbours every message goes to and comes from,
+and the bytes each rank sends: 2(p-1)/p·n·itemsize for the allreduce when p divides n, between
+2(p-1)·⌊n/p⌋ and 2(p-1)·⌈n/p⌉ items when it does not (padded or uneven chunks), the bandwidth-optimal
+volume whatever p is. Time ≈ 2(p-1)·α + 2(p-1)/p·n·β (cost_model.py).
 
-    step       rank 0         rank 1         rank 2
-    RS step 0  c1 <- {0,2}    c2 <- {0,1}    c0 <- {1,2}
-    RS step 1  c0 <- all      c1 <- all      c2 <- all
-    AG step 0  c2 <- all      c0 <- all      c1 <- all
-    AG step 1  c1 <- all      c2 <- all      c0 <- all
-
-Allreduce = reduce-scatter then all-gather: each rank sends 2(p-1) messages of m elements, i.e.
-2(p-1)/p·n elements, whatever p is: the bandwidth-optimal volume ("Large scale deep learning
-optimizations" seminar, §1.2.2 Data parallel and §1.2.5.2; Patarasuk & Yuan 2009).
-Time ≈ 2(p-1)·α + 2(p-1)/p·n·β (cost_model.py).
-
-Only `dist.isend` / `dist.irecv` are used, posted together and every handle waited on (a blocking
-receive first on both sides deadlocks). The reference cuts each chunk into segments of at most
-SEGMENT_BYTES and runs a lockstep pipeline like gloo's own ring: the reduction of one segment
-overlaps the transfer of the next and SENDS_IN_FLIGHT segments are on the wire per link. Every
-receive is posted before the first send (the reduce-scatter's into a scratch chunk per step, kept
-between calls by scratch_buffers; the allreduce posts the all-gather's too, under their own tag,
-before its reduce-scatter starts): gloo writes a message at once only when its receive is already
-posted, otherwise a notify round trip comes first. On 4 gloo ranks sharing 2 cores that took the
-4 MiB allreduce from 1.2x to about 1.05x gloo's time. The allreduce works on views of the caller's
-tensor without copying it. Every logical chunk message is recorded once with `record_send`
-(counter.py), however many segments carry it.
+Pitfalls: a blocking receive posted first on both sides of a link deadlocks (at p = 2 your send
+partner is your receive partner); a message must not land in a buffer that is still being read;
+n < p leaves chunks that are all padding, and n = 0 sends nothing. Only `dist.isend` /
+`dist.irecv` (or `dist.send` / `dist.recv`) carry data; every handle is waited on. Every logical
+chunk message is recorded once with `record_send` (counter.py), however many segments carry it.
 """
 
 from __future__ import annotations
@@ -151,42 +139,40 @@ def scratch_buffers(name: str, count: int, numel: int, like: torch.Tensor) -> li
 def ring_reduce_scatter_chunks(chunks: list[torch.Tensor], out: torch.Tensor, ring: Ring) -> torch.Tensor:
     """Write into `out` the sum over all ranks of chunk `ring.rank`; return `out`.
 
-    chunks: this rank's p contiguous 1-D chunks of m elements, read only (the caller's data).
-    out:    contiguous, m elements; may be `chunks[ring.rank]` itself (allreduce does that).
-    Graded: p-1 steps, each sending one chunk's running sum (m elements) to `ring.send_to` and
-    receiving one from `ring.recv_from` (the module docstring's p = 3 table; the seminar's
-    §1.2.2); `dist.isend`/`dist.irecv` with `group=ring.group` only; each step's message recorded
-    once with `record_send`, in bytes, however many segments carry it; `chunks` unmodified
-    except `out`; every handle waited on. At p = 1 nothing is sent or recorded and `out` holds
-    `chunks[0]`. Pitfall: at p = 2 your send partner is your receive partner.
+    chunks: this rank's p contiguous 1-D chunks, read only (the caller's data). The given
+            `ring_reduce_scatter` passes p chunks of m = ⌈n/p⌉ (`chunk_buffers`); your
+            `ring_allreduce` may cut its tensor differently if you design it so.
+    out:    contiguous, as long as `chunks[ring.rank]`; may be `chunks[ring.rank]` itself.
+    Graded: the sum, exactly, on hidden sizes and dtypes at p = 2, 3, 4 (a subgroup included);
+    p-1 steps, each sending one running sum to `ring.send_to` and receiving one from
+    `ring.recv_from` with `group=ring.group`, no other peer; which chunk moves at which step is
+    yours to derive (module docstring); each step's message recorded once with `record_send`, in
+    bytes, however many segments carry it; `chunks` unmodified except `out`; every handle waited
+    on. At p = 1 nothing is sent or recorded and `out` holds `chunks[0]`.
     """
     raise NotImplementedError('a2 task 2.1: implement `ring_reduce_scatter_chunks` (see assignments/a2_collectives/README.md)')
 
 
 def post_gather_receives(chunks: list[torch.Tensor], ring: Ring) -> list[Any]:
-    """Post every receive of the ring all-gather into `chunks` and return the handles, in the
-    order the messages arrive: step s receives chunk (r-s-1) mod p, segment by segment. Tagged
-    GATHER_TAG, so `ring_allreduce` may post them before its reduce-scatter runs (a message is only
-    written into a chunk once its owner has the complete sum, i.e. after this rank's reduce-scatter
-    has read that chunk)."""
-    p, r = ring.world_size, ring.rank
-    if p == 1:
-        return []
-    segments = segment_bounds(chunks[0].numel(), chunks[0].element_size())
-    return [dist.irecv(chunks[(r - step - 1) % p][lo:hi], src=ring.recv_from, group=ring.group, tag=GATHER_TAG)
-            for step in range(p - 1) for lo, hi in segments]
+    """Post every receive of the ring all-gather into its place in `chunks` and return the handles,
+    in the order your `ring_all_gather_chunks` waits on them (Task 2.2). Tagged GATHER_TAG, so
+    `ring_allreduce` may post them before its reduce-scatter runs; decide why that is safe (when
+    does a chunk's all-gather message leave its sender, and when does this rank read that chunk
+    for the last time?). At p = 1: no receives, an empty list.
+    """
+    raise NotImplementedError('a2 task 2.2: implement `post_gather_receives` (see assignments/a2_collectives/README.md)')
 
 
 def ring_all_gather_chunks(chunks: list[torch.Tensor], ring: Ring, recvs: list[Any] | None = None) -> list[torch.Tensor]:
     """Fill every chunk from its owner, in place: on entry `chunks[ring.rank]` is valid, on return
     all p chunks are (chunk i as rank i had it). Return `chunks`.
 
-    recvs: the handles `post_gather_receives` returned for these chunks when the caller posted
-    the receives early (ring_allreduce does); None: post them yourself, first thing.
-    Graded: p-1 steps, each forwarding one complete chunk to `ring.send_to` with
-    `tag=GATHER_TAG` and receiving one from `ring.recv_from` into its place in `chunks`; each
-    step's message recorded once with `record_send`, in bytes; every handle waited on before
-    returning. At p = 1 nothing is sent: return `chunks` as they are.
+    recvs: the handles your `post_gather_receives` returned for these chunks when the caller
+    posted the receives early; None: post them yourself.
+    Graded: every chunk equal to its owner's, on hidden sizes and dtypes at p = 2, 3, 4; p-1
+    steps, each forwarding one complete chunk to `ring.send_to` with `tag=GATHER_TAG` and
+    receiving one from `ring.recv_from`; each step's message recorded once with `record_send`, in
+    bytes; every handle waited on before returning. At p = 1 nothing is sent: return `chunks`.
     """
     raise NotImplementedError('a2 task 2.2: implement `ring_all_gather_chunks` (see assignments/a2_collectives/README.md)')
 
@@ -245,13 +231,15 @@ def ring_all_gather(shard: torch.Tensor, numel: int, group: Any = None) -> torch
 
 
 def ring_allreduce(tensor: torch.Tensor, op: str = "sum", group: Any = None) -> torch.Tensor:
-    """Sum (or mean) `tensor` over the ranks of `group` in place; return `tensor`.
+    """Sum (or mean) `tensor` over the ranks of `group` in place; return `tensor` (Task 2.3).
 
-    Reduce-scatter then all-gather on the chunks of the flattened tensor, without copying it when it
-    is contiguous (chunks are views; only the padded tail chunk is a copy). A non-contiguous tensor
-    is worked on as a contiguous copy and the result written back. Sends 2(p-1) messages of
-    ⌈n/p⌉·itemsize bytes. p = 1 or an empty tensor: returned unchanged, nothing sent. "avg"
-    divides by p exactly once. Built from your two functions above and the given chunk helpers.
+    Reduce-scatter then all-gather on chunks of the flattened tensor; the chunking is yours (the
+    given `chunk_buffers` pads to p chunks of ⌈n/p⌉ as the public layout does; uneven chunks of
+    ⌊n/p⌋ or ⌈n/p⌉ elements need no padding). Graded: the result in the caller's memory, for
+    "sum" exactly and "avg" (divided by p once) within rounding, on hidden sizes p divides and
+    does not, at p = 2, 3, 4, for a strided view and a transposed matrix too; the bytes each rank
+    hands to isend (module docstring) and records with `record_send`, in 2(p-1) steps. p = 1 or
+    an empty tensor: returned unchanged, nothing sent or recorded.
     """
     _check("ring_allreduce", tensor, op)
     ring = ring_of(group)
