@@ -6,7 +6,7 @@ What comes back is raw (autograder/worker.py): index lists; per rank and per sce
 DataParallel (the time, and a copy of the tensor at launch), the times at which the probe's own
 gradient hooks ran (registered before the student's), the collectives run *outside* that callable
 and any use of the c10d store, the DataParallel's own `Trace`, or the exception a scenario raised.
-The grader (autograder/suites/a3_data_parallel.py) computes the single-process reference itself
+The grader (autograder/suites/a3_data_parallel/) computes the single-process reference itself
 and decides from these outputs whether the gradients travelled through the launched allreduces,
 whether the buckets went out during backward, and whether the numbers are right.
 

@@ -14,7 +14,7 @@ side sends, their outputs returned as data.
   accumulation. The trusted side reads the order of actions and the activations held from it.
 
 Nothing here knows a schedule's expected order, a gradient or a loss: those exist only on the
-trusted side (autograder/suites/a4_pipeline.py).
+trusted side (autograder/suites/a4_pipeline/).
 """
 
 from __future__ import annotations
