@@ -13,7 +13,7 @@ import torch
 from autograder.checks import student_module
 from scaletrain.comm import comm_counter
 from scaletrain.launch import spawn
-from scaletrain.testing import assert_close
+from scaletrain.testing import assert_close, expect_equal
 
 STEMS = ("moe_router", "moe_losses", "moe_capacity", "moe_dispatch", "moe_all_to_all")
 for _stem in STEMS:
@@ -24,10 +24,8 @@ LOGITS = torch.log(torch.tensor(PROBS, dtype=torch.float64))
 
 
 def _expect_equal(got, want: list, what: str) -> None:
-    """Exact equality of an integer or boolean tensor with a list, naming both."""
-    shown = got.tolist() if isinstance(got, torch.Tensor) else got
-    if shown != want:
-        raise AssertionError(f"{what}: got {shown}, expected {want}")
+    """Exact equality of an integer or boolean tensor (as a list) with a list, naming both."""
+    expect_equal(got.tolist() if isinstance(got, torch.Tensor) else got, want, what=what)
 
 
 @pytest.mark.task10_1
