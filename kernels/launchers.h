@@ -20,7 +20,7 @@ enum StDtype { ST_FLOAT32 = 0, ST_FLOAT16 = 1, ST_BFLOAT16 = 2 };
 // ptr == NULL means no mask.
 typedef struct MaskArgs {
   const void* ptr;
-  int64_t size1, size2;               // row r -> (r / (size1*size2), r / size2 % size1, r % size2)
+  int64_t size1, size2;               // rows run over a (*, size1, size2) grid in C order
   int64_t stride0, stride1, stride2;  // element strides of those three row indices
   int64_t col_stride;                 // element stride along the softmax dim (0 if broadcast)
 } MaskArgs;

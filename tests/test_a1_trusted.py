@@ -2,7 +2,7 @@
 student's kernels run under the grader's wrappers into NaN-filled outputs, and the GPU speed
 protocol (clock here, batch less an empty batch, sampled outputs) runs end to end on the CPU
 through the Triton interpreter, so its plumbing is tested where no GPU is
-(autograder/suites/a1_kernels.py, autograder/probes/a1_kernels.py)."""
+(autograder/suites/a1_kernels/, autograder/probes/a1_kernels.py)."""
 
 import math
 import os
@@ -14,7 +14,8 @@ import torch
 
 from autograder.manifest import get_manifest
 from autograder.student import grading_build
-from autograder.suites import a1_kernels as suite
+from autograder.suites.a1_kernels import judge as suite
+from autograder.suites.a1_kernels import judge_speed
 from autograder.untrusted import BUILD_ENV, Untrusted
 from scaletrain.ops import conformance as cf
 from scaletrain.ops.mask import MaskView
@@ -81,7 +82,16 @@ def test_unwritten_outputs_are_nan_not_leftover_memory(workers):
 
 def test_speed_protocol_runs_on_the_cpu_and_checks_the_timed_outputs(workers):
     kw = dict(kernels="triton", shape=(64, 256), pairs=2, reps=2, interpret=True)
-    row = suite.speed_ratios(workers["solution"], "softmax", "fwd", **kw)
+    row = judge_speed.speed_ratios(workers["solution"], "softmax", "fwd", **kw)
     assert row["seconds"] > 0 and all(math.isfinite(row[k]) and row[k] > 0 for k in ("x naive", "x native", "GB/s"))
     with pytest.raises(AssertionError, match="the timed calls' output"):
-        suite.speed_ratios(workers["zeros"], "softmax", "fwd", **kw)
+        judge_speed.speed_ratios(workers["zeros"], "softmax", "fwd", **kw)
+
+
+def test_the_grader_can_launch_the_kernels_with_other_tiles(workers):
+    """The kernels' design is the student's: it must hold for any tile the launcher may choose (a
+    row of several tiles, a tile wider than the row, one row per program)."""
+    for tile in ((1, 16), (4, 128)):
+        backend = suite.remote_backend(workers["solution"], tile=tile)
+        cf.softmax_forward(backend, (5, 37), mask_shape=(5, 37))
+        cf.layer_norm_backward(backend, (3, 100), grads=("dx",))

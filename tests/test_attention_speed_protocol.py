@@ -77,7 +77,7 @@ def test_the_check_and_the_bench_call_one_protocol_on_the_same_inputs(small, mon
     the student's kernels) and bench attention's graded rows: graded_speed with the same spec, the
     worker's inputs equal to the grader's (its timed outputs pass the sample check)."""
     from autograder.probes import a1b_attention as probe
-    from autograder.suites import a1b_attention as suite
+    from autograder.suites.a1b_attention import judge_speed as suite
 
     naive = types.SimpleNamespace(attention_fwd=attention_naive.attention_fwd, attention_bwd=attention_naive.attention_bwd)
     monkeypatch.setattr(probe, "graft", lambda *a, **k: naive)

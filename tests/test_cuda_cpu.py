@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from autograder.suites.a1_kernels import CUDA_BUGS
+from autograder.suites.a1_kernels.planted import CUDA_BUGS
 from scaletrain.ops import conformance as cf
 from scaletrain.ops.toolchain import cuda_cpu
 from scaletrain.ops.backends import KERNELS_DIR

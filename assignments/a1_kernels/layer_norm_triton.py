@@ -2,20 +2,17 @@
 """Fused LayerNorm over the last dimension in Triton: the same algorithms as kernels/layer_norm.cu.
 
 Forward, per row of N elements ("Rewrite Reduction: LayerNorm Forward",
-accelerating-transformer-training-lecture.md): the mean and the variance come from ONE pass
-that reduces the pair (sum d, sum d^2) with d = x - x[0], using sigma^2 = mu(d^2) - mu(d)^2
-(variance is shift-invariant; the shift by the row's first element keeps the subtraction from
-cancelling when |mu| >> sigma).  y = (x - mu) * rstd * w + b; mean and rstd (fp32) are saved.
+accelerating-transformer-training-lecture.md): the mean and the variance come from ONE pass that
+reduces a pair of sums over the row, shifted by the row's first element (variance is
+shift-invariant; the shift keeps the subtraction from cancelling when |mean| >> std). y is
+normalized, then scaled by w and shifted by b; mean and rstd (fp32) are saved for the backward.
 
-Backward for x ("Rewrite Reduction: LayerNorm Backward", same lecture): with g = w * dy,
-    dx_i = rstd g_i + alpha_i sum_j g_j + beta_i sum_j g_j x_j,
-    alpha_i = ((x_i - mu) mu rstd^2 - 1) rstd / N,     beta_i = (mu - x_i) rstd^3 / N,
-so both reductions (sum g, sum g x) are independent and happen in one pass (the slide prints
-sigma where sigma^2 belongs in alpha's numerator; notebooks/01_kernel_fusion.ipynb checks this form).
-_dx evaluates it regrouped, rstd (g_i - sum g / N - xhat_i rstd (sum g x - mu sum g) / N), so
+Backward for x ("Rewrite Reduction: LayerNorm Backward", same lecture; notebooks/01_kernel_fusion.ipynb
+checks the slide's form, which prints sigma where sigma^2 belongs): the two row reductions the
+rewrite needs are independent, so they happen in one pass. Derive dx yourself and evaluate it so
 that it is exactly 0 at N = 1 on a GPU too (fused multiply-adds; the a1 handout says why).
-Backward for w and b: dw_j = sum_r dy_rj xhat_rj, db_j = sum_r dy_rj, a reduction ACROSS rows:
-programs own (row group, column block) tiles and write fp32 partial sums, summed at the end.
+Backward for w and b: a reduction ACROSS rows: programs own (row group, column block) tiles and
+write fp32 partial sums, summed at the end by the given wrapper.
 
 Tiles (scaletrain/ops/tiles.py), fp32 arithmetic and the interpreter as in softmax_triton.py.
 """
@@ -32,8 +29,9 @@ from scaletrain.ops.tiles import num_warps as _num_warps
 
 @triton.jit
 def _moments(s1, s2, shift, cols, eps):
-    """(mean, rstd) from the shifted sums s1 = sum d, s2 = sum d^2 over a row of `cols` elements,
-    d = x - shift: mean = shift + mu(d), var = mu(d^2) - mu(d)^2, rstd = 1 / sqrt(var + eps)."""
+    """(mean, rstd) of a row of `cols` elements from the sums of d and of d² that you reduced, with
+    d = x - shift; rstd is 1 / sqrt(var + eps). Graded through the forward, including rows whose
+    |mean| is 1000x their std; rounding can make a variance computed this way slightly negative."""
     raise NotImplementedError('a1 task 1.3: implement `_moments` (see assignments/a1_kernels/README.md)')
 
 
@@ -72,12 +70,12 @@ def _load_x_g(dy_ptr, x_ptr, w_ptr, offs, col, inside, cmask, HAS_W: tl.constexp
 
 @triton.jit
 def _dx(x, g, mean, rstd, sum_g, sum_gx, cols):
-    """dx_i = rstd g_i + alpha_i sum g + beta_i sum g x (the LightSeq rewrite, module doc),
-    evaluated as rstd (g_i - sum g / N - xhat_i c) with c = rstd (sum g x - mean sum g) / N:
-    the terms that cancel (exactly, at N = 1) meet before rstd ~ 1/sqrt(eps) multiplies them, so a
-    fused multiply-add cannot leave one product's rounding error behind, and sum g / N divides
-    with IEEE rounding (`/` is div.full.f32 on NVIDIA, within 2 ulp).
-    x, g: [BLOCK_M, BLOCK_N] tiles; mean, rstd, sum_g, sum_gx: [BLOCK_M], one per row."""
+    """The dx tile from the two row reductions (the LightSeq rewrite, module doc).
+    x, g: [BLOCK_M, BLOCK_N] tiles; mean, rstd, sum_g, sum_gx: [BLOCK_M], one per row.
+    Pitfall: at N = 1 dx is exactly 0, but rstd ~ 1/sqrt(eps) multiplies whatever rounding is
+    left: group the terms so that those which cancel meet before rstd multiplies them (a fused
+    multiply-add keeps one product unrounded), and divide by N with IEEE rounding
+    (`tl.math.div_rn`; `/` is div.full.f32 on NVIDIA, within 2 ulp)."""
     raise NotImplementedError('a1 task 1.4: implement `_dx` (see assignments/a1_kernels/README.md)')
 
 
@@ -85,9 +83,9 @@ def _dx(x, g, mean, rstd, sum_g, sum_gx, cols):
 def layer_norm_bwd_dx_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, rows, cols,
                              HAS_W: tl.constexpr, SINGLE_TILE: tl.constexpr,
                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """dx for the BLOCK_M rows of program_id(0) by the alpha/beta rewrite: one pass reduces
-    (sum g, sum g x) with g = w * dy (_load_x_g), then _dx; mean and rstd come from the forward.
-    When SINGLE_TILE the tiles stay in registers between the two steps."""
+    """dx for the BLOCK_M rows of program_id(0) by the rewrite: one pass for the row reductions
+    (g = w * dy comes from _load_x_g), then _dx; mean and rstd come from the forward. Any row
+    length: when SINGLE_TILE the tiles can stay in registers between the two steps."""
     row = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     col = tl.arange(0, BLOCK_N)
     row_ok = row < rows
@@ -97,10 +95,10 @@ def layer_norm_bwd_dx_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, r
 @triton.jit
 def layer_norm_bwd_dwdb_kernel(dy_ptr, x_ptr, mean_ptr, rstd_ptr, part_w_ptr, part_b_ptr, rows, cols,
                                ROWS_PER_GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Program (group, column block): over rows [group * ROWS_PER_GROUP, +ROWS_PER_GROUP), in
-    chunks of BLOCK_M rows, accumulate dw_j += sum_r dy_rj * (x_rj - mean_r) * rstd_r and
-    db_j += sum_r dy_rj (tl.sum over axis=0), then store both partials at part[group, col].
-    The wrapper adds the groups' partials."""
+    """Program (group, column block): the partial dweight and dbias of its columns, summed over
+    rows [group * ROWS_PER_GROUP, +ROWS_PER_GROUP) in chunks of BLOCK_M rows, stored in fp32 at
+    part_w[group, col] and part_b[group, col]; the wrapper adds the groups' partials. Any rows
+    count (the last group is partial)."""
     group = tl.program_id(0)
     col = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     cmask = col < cols

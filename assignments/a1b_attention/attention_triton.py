@@ -6,27 +6,26 @@ them back for the softmax, writes P and reads it again for P V: O(n^2) bytes per
 memory kept for the backward ("Attention Layer Speed-up", training-speedup-lecture.md).
 FlashAttention (Dao et al., 2022) tiles Q into BLOCK_M query rows and K, V into BLOCK_N key
 rows and keeps a tile of S on chip; the softmax over a row spans many key tiles, so it is the
-online softmax of module 1 (kernels/softmax_triton.py) carried over to the output:
-    m_new = max(m, rowmax(S_j))                 running max
-    l     = l * exp(m - m_new) + rowsum(P_j)    P_j = exp(S_j - m_new)
-    acc   = acc * exp(m - m_new) + P_j V_j      (Dao et al. 2022, Algorithm 1, lines 9-12)
-and O = acc / l at the end.  Each query tile reads Q once and every K, V tile once, and writes O
-and the log-sum-exp L = m + log(l): O(n d) bytes (traffic.py).  The work is split over query
-tiles (the outer loop of FlashAttention-2, Dao 2023, section 3.1), so no two programs write
-the same output and no atomics are needed.
+online softmax of module 1 (kernels/softmax_triton.py; Milakov & Gimelshein 2018) carried over to
+the output: Dao et al. 2022, Algorithm 1, lines 9-12, and Dao 2023, Algorithm 1 (FlashAttention-2
+rescales once, at the end). Which running statistics you keep per query row, where they live and
+when you rescale are yours to design; the contract is O and the log-sum-exp L of each row.  Each
+query tile reads Q once and every K, V tile once, and writes O and L: O(n d) bytes (traffic.py).
+The work is split over query tiles (the outer loop of FlashAttention-2, Dao 2023, section 3.1),
+so no two programs write the same output and no atomics are needed.  The tile shape (BLOCK_M,
+BLOCK_N) is the launcher's (`attention_tiles`); the grader also launches with BLOCK_M != BLOCK_N,
+so a kernel must hold for any tile.
 
 Causal (query i sees keys j <= i, torch's is_causal): a query tile [s, s + BLOCK_M) sees no key
 at or past s + BLOCK_M, so its key loop stops there -- the fully masked tiles above the
 diagonal are never loaded (about half the work).  Rows and columns past the sequence end and
 head dims past head_dim are masked, so any length and any head_dim <= BLOCK_D run.
 
-Backward (FlashAttention-2, Algorithm 2): P is recomputed from Q, K and the saved L,
-P = exp(S - L), instead of being stored:
-    dV = P^T dO,   dP = dO V^T,   dS = P * (dP - D),   D = rowsum(dO * O),
-    dQ = dS K * scale,   dK = dS^T Q * scale.
-One kernel per key tile accumulates dK, dV over the query tiles (from the diagonal on, when
-causal); another per query tile accumulates dQ over the key tiles: no atomics, two recomputes
-of S.  All arithmetic is fp32 (tl.dot accumulates in fp32; P is cast to V's storage type
+Backward (FlashAttention-2, Dao 2023, Algorithm 2): P is recomputed from Q, K and the saved L
+instead of being stored (`_recompute_p`); derive dV, dP, dS, dQ and dK from the chain rule through
+the softmax, with the row term D = rowsum(dO * O) (the given delta kernel). One kernel per key tile
+accumulates dK, dV over the query tiles (from the first that sees the tile, when causal); another
+per query tile accumulates dQ over the key tiles: no atomics, two recomputes of S.  All arithmetic is fp32 (tl.dot accumulates in fp32; P is cast to V's storage type
 before P V, as FlashAttention does); storage fp32, fp16 or bf16.
 
 Layout: contiguous (batch * heads, seq, head_dim) tensors; scaletrain.ops.attention reshapes.
@@ -75,9 +74,13 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, seq_q, seq_k, head
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     """O and L = logsumexp(S) for the BLOCK_M query rows program_id(0) of head program_id(1).
 
-    Online softmax over the key tiles (module doc); the causal loop stops at the query tile's
-    end.  S = Q K^T * scale in fp32, -inf past seq_k and in the future; a real query row always
-    sees key 0, so m is finite after the first tile and exp(m - m_new) is never NaN.
+    Contract: `o` (O in fp32, the given store casts it) and `lse` (L, fp32) for these rows, with
+    S = Q K^T * scale in fp32 and -inf past seq_k and, when CAUSAL, in each query's future
+    (`_mask_scores`); never an (n, n) matrix. Graded: O and L against float64 SDPA on ragged and
+    tile-multiple lengths, seq_q != seq_k, causal (the diagonal inside a tile, n = 1), scores near
+    1e4, three dtypes, tiles with BLOCK_M != BLOCK_N, each a check of its own. Pitfalls: exp
+    overflows without a running max; key tiles entirely in a query tile's future need not be
+    loaded (about half the causal work), but the tile on the diagonal does.
     """
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1).to(tl.int64)
@@ -124,9 +127,10 @@ def attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, d
                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     """dK, dV for the BLOCK_N keys program_id(0) of head program_id(1), over the query tiles.
 
-    K and V stay on chip; each query tile recomputes P^T from Q and the saved L, then
-    dV += P^T dO and dK += dS^T Q * scale with dS = P * (dO V^T - D).  Causal: query tiles that
-    end before this key tile starts see none of its keys and are skipped.
+    Contract: `dk` and `dv` (fp32 accumulators, stored by the given code) of these keys, K and V
+    kept on chip, P recomputed per query tile from Q and the saved L (`_recompute_p`), D from
+    `delta_ptr`. Causal: query tiles that end before this key tile starts see none of its keys and
+    may be skipped; mind that BLOCK_M and BLOCK_N need not be equal.
     """
     start_n = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1).to(tl.int64)
@@ -150,8 +154,8 @@ def attention_bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_
                             seq_q, seq_k, head_dim, scale,
                             CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
-    """dQ = sum over key tiles of dS K * scale for the BLOCK_M queries program_id(0) of head
-    program_id(1); the causal loop stops at the query tile's end, as in the forward."""
+    """dQ (fp32, stored by the given code) for the BLOCK_M queries program_id(0) of head
+    program_id(1), accumulated over the key tiles they see; P recomputed as in the dK/dV kernel."""
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1).to(tl.int64)
     offs_m = start_m + tl.arange(0, BLOCK_M)

@@ -47,16 +47,22 @@ class _NoLaunch:
 
 
 @contextlib.contextmanager
-def _launch_setup(stem: str, interpret: bool, *, nan_outputs: bool, skip: tuple[str, ...]):
+def _launch_setup(stem: str, interpret: bool, *, nan_outputs: bool, skip: tuple[str, ...], tile=None):
+    """The grader's wrappers with the student's kernels; `tile` (BLOCK_M, BLOCK_N): the tile the
+    wrappers launch with instead of the launcher's choice (a kernel must be right for any)."""
     grader = graft(stem, KERNELS[stem], interpret)
     kernels = {name: getattr(grader, name) for name in skip}
+    chooser = grader.tile_shape
     grader.torch = NanOutputs() if nan_outputs else torch
     for name in skip:
         setattr(grader, name, _NoLaunch())
+    if tile is not None:
+        block_m, block_n = (int(b) for b in tile)
+        grader.tile_shape = lambda x: (block_m, block_n, x.shape[1] <= block_n)
     try:
         yield grader
     finally:
-        grader.torch = torch
+        grader.torch, grader.tile_shape = torch, chooser
         for name, kernel in kernels.items():
             setattr(grader, name, kernel)
 
@@ -113,9 +119,9 @@ def cuda_cpu_launches() -> list[str]:
 
 
 def _function(op: str, kernels: str, stack: contextlib.ExitStack, *, interpret: bool, nan_outputs: bool,
-              skip: tuple[str, ...]):
+              skip: tuple[str, ...], tile=None):
     if kernels in ("cuda", "cuda-cpu"):
-        if skip:
+        if skip or tile is not None:
             raise ValueError("grader bug: the CUDA extension launches its kernels itself")
         if kernels == "cuda-cpu":
             from scaletrain.ops.toolchain import cuda_cpu
@@ -123,7 +129,8 @@ def _function(op: str, kernels: str, stack: contextlib.ExitStack, *, interpret: 
 
             return getattr(cuda_cpu.make_backend(_cuda_sources(), include=KERNELS_DIR), op)
         return getattr(_cuda_backend(), op)
-    grader = stack.enter_context(_launch_setup(WRAPPERS[op], interpret, nan_outputs=nan_outputs, skip=skip))
+    grader = stack.enter_context(_launch_setup(WRAPPERS[op], interpret, nan_outputs=nan_outputs, skip=skip,
+                                               tile=tile))
     return getattr(grader, op)
 
 
@@ -140,15 +147,15 @@ def _arg(value, device: str):
 
 
 def run(op: str, args: list, *, device: str = "cpu", kernels: str = "triton", interpret: bool = True,
-        skip: tuple[str, ...] = ()):
+        skip: tuple[str, ...] = (), tile=None):
     """The outputs of the grader's wrapper `op` (softmax_fwd, ..., layer_norm_bwd) on `args`,
     launching the student's kernels (`kernels`: "triton", "cuda" or "cuda-cpu"); the kernels in `skip` are
-    not launched (task 1.5 is graded without task 1.4's kernel)."""
+    not launched (task 1.5 is graded without task 1.4's kernel); `tile`: (BLOCK_M, BLOCK_N) forced."""
     args = [_arg(a, device) for a in args]
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     before = [t.clone() for t in tensors]
     with contextlib.ExitStack() as stack:
-        fn = _function(op, kernels, stack, interpret=interpret, nan_outputs=True, skip=tuple(skip))
+        fn = _function(op, kernels, stack, interpret=interpret, nan_outputs=True, skip=tuple(skip), tile=tile)
         with forbid_aten(*LIBRARY_KERNELS):
             out = unwrap_stub(fn)(*args)
     if any(not torch.equal(t, b) for t, b in zip(tensors, before)):

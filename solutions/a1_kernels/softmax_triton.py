@@ -7,15 +7,15 @@ techniques-for-large-scale-training.md).  One kernel that keeps a row on chip re
 writes MN, the minimum; softmax is memory-bound, so time follows bytes.
 
 Each program owns a tile of BLOCK_M rows x BLOCK_N columns (several short rows per program, like
-the warp-per-row CUDA kernels and LightSeq's `ker_attn_softmax_lt32`; the wrapper picks the tile
-per row length, as LightSeq's templated launcher does: scaletrain/ops/tiles.py):
-  * the row fits one tile (SINGLE_TILE): load once, max, exp, sum, divide, store;
-  * longer rows: pass 1 streams the row keeping an online (max m, sum d) with
-    d <- d * exp(m_old - m_new) + sum(exp(x - m_new)) (Milakov & Gimelshein, 2018); pass 2
-    re-reads the row and writes exp(x - m) / d.
-All arithmetic is fp32 whatever the storage (fp32, fp16, bf16).
+the warp-per-row CUDA kernels and LightSeq's `ker_attn_softmax_lt32`). The launcher picks the
+tile per row length, as LightSeq's templated launcher does (scaletrain/ops/tiles.py), and the
+grader also launches your kernels with other tiles: a kernel must be right for whatever BLOCK_M,
+BLOCK_N and SINGLE_TILE it is given. A row longer than one tile is streamed; how many passes over
+it you make, and where the running statistics live between tiles, are yours to design: the safe
+softmax reads the row three times, the online normalizer of Milakov & Gimelshein 2018 (§3,
+Algorithm 3) twice. All arithmetic is fp32 whatever the storage (fp32, fp16, bf16).
 
-Backward: dx = y * (dy - sum_j dy_j y_j), one row reduction then an elementwise pass.
+Backward: derive dx from the softmax's Jacobian (notebook 01); it needs one reduction per row.
 
 Runs on a GPU, or on CPU tensors under the Triton interpreter (TRITON_INTERPRET=1 set before
 triton is imported).  Wrappers take contiguous (rows, cols) tensors; scaletrain.ops flattens.
@@ -65,11 +65,13 @@ def softmax_fwd_kernel(x_ptr, y_ptr, mask_ptr, rows, cols, causal_len,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """y = softmax(x + mask) for the BLOCK_M rows of program_id(0); see the module doc.
 
-    SINGLE_TILE (the row fits BLOCK_N): one _load_scores, the row max, exp(x - max), the row sum,
-    divide, one masked tl.store (it casts to y's dtype).  Otherwise stream the row in BLOCK_N
-    chunks twice: pass 1 keeps the online (m, d) per row -- guard the all -inf prefix, where
-    exp(-inf - -inf) is NaN --, pass 2 writes exp(x - m) / d.  Reduce with tl.max / tl.sum over
-    axis=1; accumulate in fp32.
+    Contract: every element of y[row, :cols] of your rows written (the grader fills y with NaN
+    first), in y's dtype, from fp32 arithmetic; x and the mask read through `_load_scores`; any
+    row length, SINGLE_TILE telling you the row fits one BLOCK_N tile. Graded: max-norm relative
+    error on hidden irregular shapes (one element, short rows sharing a program, rows of several
+    tiles), masks, causal mode, three dtypes, each a check of its own. Pitfalls: exp overflows
+    unless the row's max is subtracted; a row whose first tiles are all -inf (a masked prefix)
+    makes exp(-inf - -inf) = NaN in a naive running update; rows past `rows` must not be stored.
     """
     row = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     col = tl.arange(0, BLOCK_N)
@@ -104,9 +106,9 @@ def softmax_fwd_kernel(x_ptr, y_ptr, mask_ptr, rows, cols, causal_len,
 @triton.jit
 def softmax_bwd_kernel(y_ptr, dy_ptr, dx_ptr, rows, cols, SINGLE_TILE: tl.constexpr,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """dx = y * (dy - sum(dy * y)) for the BLOCK_M rows of program_id(0), in fp32: one row
-    reduction, then an elementwise pass (twice over the row, in BLOCK_N chunks, when not
-    SINGLE_TILE)."""
+    """dx for the BLOCK_M rows of program_id(0), given the forward's output y and dy: the
+    vector-Jacobian product of the softmax (derive it), in fp32, any row length (streamed in
+    BLOCK_N chunks when not SINGLE_TILE). Graded like the forward, fp32 and 16-bit apart."""
     row = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     col = tl.arange(0, BLOCK_N)
     dot = tl.zeros((BLOCK_M,), tl.float32)

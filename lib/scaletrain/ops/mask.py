@@ -23,9 +23,10 @@ _MAX_LEADING = 3  # the kernels decompose a row index into at most three leading
 
 @dataclass(frozen=True, kw_only=True)
 class MaskView:
-    """`tensor` seen as a (rows, cols) mask: element (r, c) sits at offset
-    i0*stride0 + i1*stride1 + i2*stride2 + c*col_stride from `tensor.data_ptr()`, where
-    i2 = r % size2, i1 = r // size2 % size1, i0 = r // (size1*size2)."""
+    """`tensor` seen as a (rows, cols) mask: the rows, in C order, are the points of a
+    (rows // (size1*size2), size1, size2) grid whose three indices step `tensor` by stride0,
+    stride1 and stride2 elements, and a row's columns step it by col_stride (0 where the mask
+    broadcasts). `dense` materializes exactly this view (torch.as_strided)."""
 
     tensor: torch.Tensor
     size1: int
