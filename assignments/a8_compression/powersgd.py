@@ -2,27 +2,22 @@
 """PowerSGD: rank-r gradient compression by one step of power iteration, with error feedback.
 
 Vogels, Karimireddy & Jaggi, 2019, "PowerSGD: Practical Low-Rank Gradient Compression for
-Distributed Optimization", Algorithm 1 (compression) and Algorithm 2 (error feedback); seminar
-notes §1.2.8.2. For each gradient matrix M (n × m, a parameter viewed as shape[0] × rest) on
-every rank w, with the error memory e_w of the previous step:
+Distributed Optimization", Algorithm 1 (compression: one step of subspace iteration per
+training step, warm-started from the previous step's Q) and Algorithm 2 (error feedback); seminar
+notes §1.2.8.2. Each gradient of a bucket is viewed as a matrix M (n × m: shape[0] × the rest).
 
-    M_w  ← G_w + e_w                            error feedback (Alg. 2, line "Δ_w ← g_w + e_w")
-    P_w  ← M_w Q                                Q: m × r, warm-started from the previous step
-    P    ← Σ_w P_w           (allreduce #1)     (its scale is irrelevant: P is orthogonalized next)
-    P̂    ← orthogonalize(P)                     Gram-Schmidt on the r columns
-    Q_w  ← M_wᵀ P̂
-    Q    ← (1/p) Σ_w Q_w     (allreduce #2)
-    out  ← P̂ Qᵀ                                 the synchronized gradient, identical on all ranks
-    e_w  ← M_w − out                            what this rank's gradient lost, added next step
-
-Because P̂ and Q are linear in the M_w, P̂Qᵀ = P̂P̂ᵀ·mean_w(M_w): the projection of the mean onto
-span(P̂). Tensors whose matrix would not shrink (vectors: biases, LayerNorm; or n·m ≤ (n+m)·r·
-min_compression_rate) are allreduced uncompressed in one flat message (allreduce #0). The
-messages are those of torch's `powerSGD_hook` (torch.distributed.algorithms.ddp_comm_hooks,
-non-batched): uncompressed tensors, then all P's of the bucket concatenated, then all Q's; so
-per step a bucket sends ring_allreduce bytes of Σ(n+m)·r + Σ uncompressed elements instead of
-Σ n·m. The error memory follows the authors' code (and torch's): e_w = M_w − out, the local
-input minus the synchronized result, also for the uncompressed part.
+What every correct design satisfies, and what the grader checks:
+  * the output is identical on every rank and equals, per compressed matrix, the projection of the
+    mean over ranks of the compressor's input onto a rank-r subspace found by one power-iteration
+    step from the bucket's previous Q (any orthonormal basis of it: the projection does not
+    depend on which); tensors that would not shrink (vectors: biases, LayerNorm; or
+    n·m ≤ (n+m)·r·min_compression_rate, torch's rule) are averaged exactly;
+  * error feedback: the compressor's input is the gradient plus this rank's memory, and after the
+    step the mean of the memories over the ranks is exactly what the output lost (the mean input
+    minus the output), so over many steps the sum of the outputs tracks the sum of the true means;
+  * the messages are those of torch's `powerSGD_hook` (torch.distributed.algorithms.ddp_comm_hooks,
+    non-batched): the uncompressed tensors, then all P's of the bucket in one message, then all
+    Q's; a bucket sends ring bytes of Σ(n+m)·r + Σ uncompressed instead of Σ n·m.
 
 `start_iter`: the first steps of a bucket are plain allreduces (the seed's "defer PowerSGD for
 some initial steps"; torch's start_powerSGD_iter).
@@ -42,10 +37,13 @@ __all__ = ["orthogonalize", "should_compress", "PowerSGD", "powersgd_payloads"]
 
 
 def orthogonalize(matrix: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """Gram-Schmidt on the columns of `matrix` (n × r), in place; returns it.
+    """An orthonormal basis of the column space of `matrix` (n × r, r ≤ n, full column rank), as an
+    n × r matrix; it may overwrite `matrix` and return it.
 
-    Column i is normalized (÷ (‖col‖ + eps), eps guards a zero column), then its projection is
-    removed from columns i+1..r-1. Equals the Q of a QR decomposition with diag(R) > 0."""
+    Graded by property: QᵀQ = I and Q Qᵀ·matrix = matrix, to float tolerance. The method is yours
+    (Vogels et al. 2019 orthogonalize P̂ with Gram-Schmidt; a QR decomposition is another answer);
+    `eps` is there to guard a column whose norm is 0. Pitfall: keep it stable when the columns are
+    nearly parallel (a warm-started P is: power iteration aligns its columns)."""
     raise NotImplementedError('a8 task 8.1: implement `orthogonalize` (see assignments/a8_compression/README.md)')
 
 
@@ -111,12 +109,15 @@ class PowerSGD:
 
     def reduce(self, index: int, flat: torch.Tensor, shapes: Sequence[torch.Size]) -> torch.Tensor:
         """Bucket `index`'s local gradient `flat` (the parameters of `shapes`, concatenated) -> the
-        synchronized gradient, identical on every rank (module doc, the algorithm line by line).
+        synchronized gradient, identical on every rank (the properties in the module docstring).
 
-        State, per bucket: `self.errors[index]` (e_w, flat like `flat`, absent before the first
-        compressed step) and `self.q_memory[index]` (one m × r Q per compressed matrix, in bucket
-        order). Exactly three `self.allreduce` calls (sums): the uncompressed tensors, then all
-        P's concatenated, then all Q's; the first one is given. `flat` is not modified."""
+        State, per bucket: `self.errors[index]` (this rank's memory, flat like `flat`, absent
+        before the first compressed step: what it holds is your design, within the module
+        docstring's invariant) and `self.q_memory[index]` (one m × r Q per compressed matrix, in
+        bucket order, the warm start of the next step). Exactly three `self.allreduce` calls
+        (sums): the uncompressed tensors (given), then all P's concatenated, then all Q's.
+        `flat` is not modified. Read Vogels et al. 2019, Alg. 1 and 2 (and their §3 on why the
+        warm start makes one iteration per step enough)."""
         p = dist.get_world_size(self.group)
         step = self.steps.get(index, 0)
         self.steps[index] = step + 1
@@ -153,8 +154,8 @@ class PowerSGD:
             if not self.warm_start or index not in self.q_memory:
                 self.q_memory[index] = [self._initial_q(index, k, M.shape[1], r, x) for k, M, r in compress]
             qs = self.q_memory[index]
-            # P_w = M_w Q for every matrix, one message (allreduce #1) -> P̂ -> Q_w = M_wᵀ P̂, one message
-            # (allreduce #2, then ÷ p) -> out = P̂ Qᵀ in place of each matrix; the Q's become the bucket's memory
+            # one power-iteration step per matrix, two messages (all P's, then all Q's); the new Q's
+            # are the bucket's warm start, the output goes in place of each matrix
             raise NotImplementedError('a8 task 8.1: implement `reduce` (see assignments/a8_compression/README.md)')
         if self.error_feedback:
             raise NotImplementedError('a8 task 8.1: implement `reduce` (see assignments/a8_compression/README.md)')

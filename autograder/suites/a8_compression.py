@@ -57,7 +57,8 @@ COLLECTIVES = ("torch.distributed.all_reduce", "torch.distributed.all_gather", "
                "torch.distributed.reduce_scatter_tensor", "torch.distributed.all_to_all")
 
 C_PS_STEP = "PowerSGD step: P̂P̂ᵀ·mean M per matrix, exact mean for the rest (hidden shapes, ranks)"
-C_PS_EF = "PowerSGD error feedback and warm-started Q, per bucket, over several steps"
+C_PS_EF = "PowerSGD outputs over several steps: memory and warm-started Q per bucket"
+C_PS_MEM = "PowerSGD error memory: its mean over the ranks is what the output lost"
 C_PS_BIAS = "PowerSGD: accumulated bias stays bounded with error feedback (30 steps)"
 C_PS_WIRE = "PowerSGD messages: uncompressed, all P's, all Q's; ring bytes as the formula"
 C_OB_CODEC = "1-bit compress/decompress: packed signs, mean |x| per chunk (hidden sizes, chunks)"
@@ -67,13 +68,18 @@ C_OB_WIRE = "1-bit bytes per rank: (p − 1)·4·(⌈n/32⌉ + chunks)"
 C_LB_TRUST = "LAMB trust ratio ‖x‖/‖u‖ per layer (zero norms → 1, max_trust clamp)"
 C_LB_STEP = "LAMB parameters after every step equal Algorithm 2 (weight decay, bias correction)"
 C_LB_LAYER = "LAMB moves each layer by lr·‖x‖ where the trust ratio is not clamped"
-PS_CHECKS, OB_CHECKS, LB_CHECKS = (C_PS_STEP, C_PS_EF, C_PS_BIAS, C_PS_WIRE), \
+PS_CHECKS, OB_CHECKS, LB_CHECKS = (C_PS_STEP, C_PS_EF, C_PS_MEM, C_PS_BIAS, C_PS_WIRE), \
     (C_OB_CODEC, C_OB_STEP, C_OB_BIAS, C_OB_WIRE), (C_LB_TRUST, C_LB_STEP, C_LB_LAYER)
 
 _LB_UPDATE = '                x.sub_(u * (group["lr"] * trust))\n'
 _LB_FIRST = '                w_norm, u_norm = torch.linalg.vector_norm(x), torch.linalg.vector_norm(u)\n'
 
 
+_LOCAL_RESIDUAL = (  # Vogels et al.'s Alg. 2 read locally: e_w = M_w − P̂(M_wᵀP̂)ᵀ, whose mean is M̄ − out
+    "            local = out.clone()\n"
+    "            for (k, M, r), ph in zip(compress, p_hats if compress else []):\n"
+    "                local[offsets[k]:offsets[k] + M.numel()] = (ph @ (M.t() @ ph).t()).reshape(-1)\n"
+    "            self.errors[index] = x - local\n")
 _EXACT_MEAN_PS = (
     "            self.allreduce(torch.zeros(sum(M.shape[0] * r for _, M, r in compress)))  # P's sizes\n"
     "            self.allreduce(torch.zeros(sum(M.shape[1] * r for _, M, r in compress)))  # Q's sizes\n"
@@ -142,7 +148,8 @@ MANIFEST = Manifest(
                LB: ("scaletrain.compression", "torch.optim.Adam", "torch.optim.AdamW", *NO_TRICKS)},
     groups=(
         Group("powersgd", "autograder.suites.a8_compression:group_powersgd", timeout_s=120, trusted=True, checks=(
-            Check("8.1", C_PS_STEP, 4), Check("8.1", C_PS_EF, 3), Check("8.1", C_PS_BIAS, 3, needs=(C_PS_STEP,)),
+            Check("8.1", C_PS_STEP, 4), Check("8.1", C_PS_EF, 2), Check("8.1", C_PS_MEM, 1),
+            Check("8.1", C_PS_BIAS, 3, needs=(C_PS_STEP,)),
             Check("8.1", C_PS_WIRE, 2, needs=(C_PS_STEP,)),
         )),
         Group("onebit", "autograder.suites.a8_compression:group_onebit", timeout_s=120, trusted=True, checks=(
@@ -159,7 +166,20 @@ MANIFEST = Manifest(
                   "            pass\n"),
                  ("            self.errors[index] = x - out\n", "            pass\n")),
                 groups=("powersgd",),
-                expect={C_PS_BIAS: "failed", C_PS_EF: "failed", C_PS_STEP: "passed", C_PS_WIRE: "passed"}),
+                expect={C_PS_BIAS: "failed", C_PS_EF: "failed", C_PS_MEM: "failed", C_PS_STEP: "passed",
+                        C_PS_WIRE: "passed"}),
+        # the design decisions: other orthogonalizations and another memory earn every point
+        Planted("PowerSGD orthogonalizes with torch.linalg.qr and keeps each rank's local residual", PS,
+                (("    r = matrix.shape[1]\n    for i in range(r):\n",
+                  "    q, _ = torch.linalg.qr(matrix)\n    return matrix.copy_(q)\n    for i in range(r):\n"),
+                 ("            self.errors[index] = x - out\n", _LOCAL_RESIDUAL)),
+                groups=("powersgd",), expect={c: "passed" for c in PS_CHECKS}),
+        Planted("PowerSGD's memory keeps only the compressed matrices' loss (a small slip)", PS,
+                ("            self.errors[index] = x - out\n",
+                 "            self.errors[index] = x - out\n"
+                 "            for k, M, r in compress:\n"
+                 "                self.errors[index][offsets[k]:offsets[k] + M.numel()] *= 0.5\n"),
+                groups=("powersgd",), expect={C_PS_STEP: "passed", C_PS_WIRE: "passed", C_PS_MEM: "failed"}),
         Planted("PowerSGD: P not re-orthogonalized each step (Q ← MᵀP on the raw P)", PS,
                 ("                p_hats.append(orthogonalize(p_flat[pos:pos + n * r].view(n, r), self.eps))\n",
                  "                p_hats.append(p_flat[pos:pos + n * r].view(n, r))\n"),
@@ -406,10 +426,17 @@ def group_powersgd(ctx):
                 for rank in range(P):
                     got = steps[rank][t]
                     where = f"{label}, step {t} (bucket {case['steps'][t]['index']}), rank {rank}"
-                    if got["error"] is None:
-                        raise AssertionError(f"{where}: no error memory in errors[{case['steps'][t]['index']}]")
-                    _close(got["error"], errors[rank], what=f"{where}: the error memory e = M − output")
                     _close(got["out"], want, what=f"{where}: the output")
+    with ctx.check(C_PS_MEM):  # any memory whose mean over the ranks is what the output lost
+        for case, per_rank in zip(multi, answers[len(one_step):-1], strict=True):
+            label = f"PowerSGD(rank={case['rank']}), buckets 0 and 3 alternately"
+            steps = _steps(per_rank, case, label)
+            for t, (_, errors) in enumerate(_powersgd_reference(case)):
+                where = f"{label}, step {t} (bucket {case['steps'][t]['index']})"
+                if any(steps[rank][t]["error"] is None for rank in range(P)):
+                    raise AssertionError(f"{where}: no error memory in errors[{case['steps'][t]['index']}]")
+                _close(sum(steps[rank][t]["error"].double() for rank in range(P)) / P, sum(errors) / P,
+                       what=f"{where}: the mean of the ranks' error memories (the mean input minus the output)")
     with ctx.check(C_PS_BIAS):
         label = f"PowerSGD(rank=1) on {bias_shapes}, a gradient with a fixed part"
         steps = _steps(answers[-1], bias, label)

@@ -1,17 +1,12 @@
 """LAMB: Adam's update rescaled per layer by a trust ratio ‖w‖ / ‖update‖.
 
 You et al., 2020, "Large Batch Optimization for Deep Learning: Training BERT in 76 minutes",
-Algorithm 2; seminar notes §1.2.8.1.1 (LARS's trust ratio with Adam in place of SGD). For each
-parameter tensor ("layer") x at step t, with gradient g:
-
-    m ← β₁ m + (1 − β₁) g              v ← β₂ v + (1 − β₂) g²
-    m̂ = m / (1 − β₁ᵗ)                  v̂ = v / (1 − β₂ᵗ)         (bias_correction=True)
-    u = m̂ / (√v̂ + ε) + λ x                                         (decoupled weight decay λ)
-    trust = ‖x‖ / ‖u‖   (1 when either norm is 0; φ = identity, optionally clamped to max_trust)
-    x ← x − lr · trust · u
-
-With one "layer" per parameter tensor, a large batch's large learning rate is spent in
-proportion to each layer's weight scale, which keeps layers with small weights stable.
+Algorithm 2; seminar notes §1.2.8.1.1 (LARS's trust ratio with Adam in place of SGD). Each
+parameter tensor is a "layer"; Adam's moments and their bias correction are given, the layer-wise
+part of Algorithm 2 (decoupled weight decay in the update, the trust ratio with φ = identity,
+the step) is task 8.3. The property every correct step has: where the ratio is not clamped, a
+layer moves by exactly lr·‖x‖, so a large batch's large learning rate is spent in proportion to
+each layer's weight scale, which keeps layers with small weights stable.
 """
 
 from __future__ import annotations
@@ -36,10 +31,12 @@ class LAMB(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        """One LAMB step (module doc). Per parameter, after Adam's moments (given): the update u
-        with decoupled weight decay, the trust ratio ‖x‖/‖u‖ (1 when either norm is 0; at most
-        `max_trust` when set), recorded as a float in `self.state[x]["trust_ratio"]`, and
-        x ← x − lr · trust · u."""
+        """One LAMB step (You et al. 2020, Alg. 2, with φ = identity). Per parameter, after Adam's
+        moments (given, `u`): the layer-wise rest of the algorithm. Contract: the trust ratio is
+        recorded as a float in `self.state[x]["trust_ratio"]`; it is 1 when either norm it divides
+        is 0 and at most `max_trust` when that is set; weight decay is decoupled (part of the
+        update the ratio measures, as in the paper); graded against Algorithm 2 written out on
+        hidden layers and settings, and by the layer's step size."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
