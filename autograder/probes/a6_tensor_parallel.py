@@ -1,9 +1,11 @@
-"""a6's probe: the student's tensor-parallel operators, layers, loss and sequence-parallel pair run on
-gloo ranks on the inputs the trusted side sends, with what they did measured from outside.
+"""a6's probe: the student's tensor-parallel operators, layers (and the given attention on them), loss,
+sequence-parallel pair and 3D grid run on gloo ranks on the inputs the trusted side sends, with what
+they did measured from outside.
 
-`run_ranks(jobs, world_size, pg_timeout_s)`: one spawn; the tensor-parallel group of a job of size t
-is the first t ranks (t = world_size: every rank; t = 2: a subgroup). Each job is one call of the
-student's code; every rank of its group returns the raw outputs:
+`run_ranks(jobs, world_size, pg_timeout_s, timeout_s)`: one spawn; a job of t ranks runs on the
+first t (t = 2, 3: subgroups made here; the grid's builds on every rank, with the groups the
+student's `build` makes). Each job is one call of the student's code; every rank of its group
+returns the raw outputs:
   * the tensors it produced (outputs, input gradients, parameter gradients, the weights a layer
     took from the unsharded one), read after the call;
   * bytes handed to torch.distributed `isend` / `send` in the forward and in the backward, counted
@@ -11,12 +13,15 @@ student's code; every rank of its group returns the raw outputs:
   * for the loss: the most elements of any tensor an aten op produced during forward and backward
     (a TorchDispatchMode), and the bytes autograd saved for backward (saved-tensor hooks);
   * for the GPT: every parameter's gradient by name, the loss, this rank's logits, the bytes saved
-    while its blocks ran forward.
-A layer whose forward fails still returns the weights it took (as "partial"). Nothing here
-knows an expected value: the unsharded references, the slices each rank must hold,
-the byte formulas and the verdicts are in autograder/suites/a6_tensor_parallel.py. torch's tensor
-parallel API (DTensor, parallelize_module) and torch's collectives are trapped at run time in the
-student's modules; our ring collectives (scaletrain.comm) are the wire.
+    while its blocks ran forward;
+  * for a grid's build: the Mesh's coordinates, ranks and positions per axis, and which ranks a
+    sum over each of its groups reached (our ring, not the student's code).
+`grid(layouts)`: the student's coords, rank_of and groups per layout, without processes. A layer
+whose forward fails still returns the weights it took (as "partial"). Nothing here knows an
+expected value: the references, the slices, the byte formulas and the verdicts are in the package
+autograder/suites/a6_tensor_parallel/. torch's tensor parallel API (DTensor, parallelize_module)
+and torch's collectives are trapped at run time in the student's modules; our ring collectives
+(scaletrain.comm) are the wire.
 """
 
 from __future__ import annotations
@@ -24,8 +29,8 @@ from __future__ import annotations
 import contextlib
 import re
 
-from autograder.checks import Flagged, forbid_calls, student_module, submission_dir
-from autograder.probes.common import install_send_counter
+from autograder.checks import forbid_calls, student_module
+from autograder.probes.common import install_send_counter, run_jobs, spawn_ranks, where
 from autograder.wire import short
 
 STEMS = ("tp_operators", "tp_layers", "tp_cross_entropy", "tp_sequence", "tp_mesh")
@@ -294,7 +299,7 @@ def grid(layouts: list) -> list:
                         "groups": {axis: [[int(x) for x in g] for g in dims.groups(axis)] for axis in AXES}})
         except Exception as exc:  # noqa: BLE001 - each layout's failure is data for the trusted side
             out.append({"error": [type(exc).__name__ if re.fullmatch(r"\w+", type(exc).__name__) else "Exception",
-                                  short(str(exc).splitlines()[0] if str(exc) else "", 400) + _where(exc)]})
+                                  short(str(exc).splitlines()[0] if str(exc) else "", 400) + where(exc)]})
     return out
 
 
@@ -302,17 +307,9 @@ RUNNERS = {"operator": _operator, "layer": _layer, "attention": _attention, "mlp
            "gather_linear": _gather_linear, "gpt": _gpt, "mesh": _mesh}
 
 
-def _where(exc: BaseException) -> str:
-    import traceback
-    from pathlib import Path
-
-    folder = submission_dir()
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve().parent == folder]
-    return f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
-
-
 def _rank(rank: int, world_size: int, jobs: list, pg_timeout_s: float) -> dict:
-    """Every job on this rank: {job name: {"ok": outputs} | {"error": [type name, message]} | {"idle": True}}."""
+    """Every job on this rank (`autograder.probes.common.run_jobs`): {job name: {"ok": outputs} |
+    {"error": [type name, message]} | {"idle": True}}; a job of t ranks runs on the first t."""
     import datetime
     import importlib
 
@@ -325,33 +322,13 @@ def _rank(rank: int, world_size: int, jobs: list, pg_timeout_s: float) -> dict:
     timeout = datetime.timedelta(seconds=pg_timeout_s)
     groups = {t: dist.new_group(list(range(t)), timeout=timeout) for t in (2, 3)}
     groups[world_size] = None  # the mesh jobs build their own groups on every rank
-    out, hung, together = {}, None, True
-    for job in jobs:
-        name, t = job["name"], job["t"]
-        if hung:
-            out[name] = {"error": ["TimeoutError", f"rank {rank}: not run, an earlier job deadlocked ({hung})"]}
-        elif rank >= t:
-            out[name] = {"idle": True}
-        else:
-            try:
-                torch.manual_seed(0)  # layers made by __init__ before from_linear copies into them
-                with forbid_calls(*FORBIDDEN_AT_RUN_TIME, modules=guarded):
-                    out[name] = {"ok": RUNNERS[job["kind"]](mods, job, rank, groups[t], sent)}
-            except Exception as exc:  # noqa: BLE001 - each job's failure is data for the trusted side
-                first = str(exc).splitlines()[0] if str(exc) else ""
-                timed_out = "timed out" in first.lower() or "timeout" in first.lower()
-                kind = "TimeoutError" if timed_out else type(exc).__name__
-                out[name] = {"error": [kind if re.fullmatch(r"\w+", kind) else "Exception",
-                                       f"rank {rank}: {short(first, 600)}{_where(exc)}"]}
-                if isinstance(getattr(exc, "partial", None), dict):
-                    out[name]["partial"] = exc.partial
-                hung = name if kind == "TimeoutError" else None
-        if together:  # the ranks start each job together (ranks >= t idle through it)
-            try:
-                dist.barrier()
-            except Exception:  # noqa: BLE001 - a peer gone: each rank finishes on its own
-                together = False
-    return out
+
+    def run(job: dict):
+        torch.manual_seed(0)  # layers made by __init__ before from_linear copies into them
+        with forbid_calls(*FORBIDDEN_AT_RUN_TIME, modules=guarded):
+            return RUNNERS[job["kind"]](mods, job, rank, groups[job["t"]], sent)
+
+    return run_jobs(rank, jobs, run, size_key="t")
 
 
 def load(ranks: bool = True) -> bool:
@@ -371,17 +348,4 @@ def load(ranks: bool = True) -> bool:
 
 def run_ranks(jobs: list, world_size: int, pg_timeout_s: float, timeout_s: float) -> list:
     """The jobs on `world_size` spawned ranks: one dict per rank (see `_rank`)."""
-    from scaletrain.launch import RankError, spawn
-
-    try:
-        return spawn(_rank, world_size, jobs, pg_timeout_s, timeout_s=timeout_s)
-    except RankError as exc:
-        first = (exc.message or "").splitlines()[0] if exc.message else ""
-        kind = exc.exc_type if re.fullmatch(r"\w+", str(exc.exc_type)) else "RankFailure"
-        if kind in ("NotImplementedError", "AssertionError"):
-            raise {"NotImplementedError": NotImplementedError, "AssertionError": AssertionError}[kind](
-                f"rank {exc.rank}: {first}") from None
-        if kind == "Flagged":
-            raise Flagged(f"rank {exc.rank}: {first}") from None
-        raise type(kind, (Exception,), {})(f"rank {exc.rank}: {first}") from None
-
+    return spawn_ranks(_rank, world_size, jobs, pg_timeout_s, timeout_s=timeout_s, stems=STEMS)
