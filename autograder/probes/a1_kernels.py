@@ -9,7 +9,7 @@ kernel wrote fails the comparison). Part B's extension is built here from the st
 files beside the given binding and headers.
 
 Each call returns outputs as data; the expected values and the verdicts are the trusted side's
-(autograder/suites/a1_kernels.py). The run-time guard against aten's softmax / layer-norm kernels
+(autograder/suites/a1_kernels/). The run-time guard against aten's softmax / layer-norm kernels
 runs here, around the student's launches: a `Flagged` it raises comes back as `flagged`.
 """
 

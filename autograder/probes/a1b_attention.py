@@ -5,7 +5,7 @@ stub of each Triton file, whose wrappers (`attention_fwd`, `cross_entropy_bwd`, 
 code; `triton_kernels.graft` loads that copy and puts the student's @triton.jit kernels in place of its stubs,
 so the student's own wrappers never run and only the kernels write the outputs, into buffers
 filled with NaN first.  The expected values and the verdicts are the trusted side's
-(autograder/suites/a1b_attention.py).
+(autograder/suites/a1b_attention/).
 
 Run-time guards around the student's launches: aten's attention, softmax and loss kernels are
 forbidden, and (for the check that asks) so is any tensor of >= `max_elements` elements, the

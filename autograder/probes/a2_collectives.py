@@ -2,7 +2,7 @@
 
 Everything here runs in the untrusted worker and its ranks. It computes no expected value and
 decides nothing: the ranks run the calls they are given on the inputs they are given and hand back
-what they saw, and `autograder/suites/a2_collectives.py` (the trusted side) judges it.
+what they saw, and `autograder/suites/a2_collectives/` (the trusted side) judges it.
 
 A *pool* is a set of rank processes started once and kept between calls, each with a command
 queue of its own, so that

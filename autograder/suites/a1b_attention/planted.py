@@ -65,9 +65,9 @@ PLANTED = (
           file=AT, kernel="attention_fwd_kernel", anchor="\n\ndef attention_tiles(",
           result_line="    o = acc / l_i[:, None]\n", result="o", zero="acc * 0.0",
           checks=[C_SMOKE, C_HUGE], source=str(REPO / "kernels" / AT)).items()),
-    # a small slip costs its share: the causal skip of the backward that holds only for square tiles
-    Planted("the dK/dV causal skip assumes BLOCK_M == BLOCK_N", AT,
-            ("        lo = (start_n // BLOCK_M) * BLOCK_M", "        lo = start_n"),
+    # a small slip costs its share: the dQ loop's causal bound, right only for square tiles
+    Planted("the dQ causal loop stops BLOCK_N keys past the query tile's start, not BLOCK_M", AT,
+            ("        hi = tl.minimum(seq_k, start_m + BLOCK_M)\n", "        hi = tl.minimum(seq_k, start_m + BLOCK_N)\n"),
             groups=("attention",), expect={C_BWD_TILES: "failed", C_BWD_CAUSAL: "passed", C_BWD: "passed",
                                            C_FWD_TILES: "passed"}),
 )
