@@ -15,7 +15,7 @@ trusted side sends; outputs come back as data.
   tuples (`schedule.to_data`), or the ValueError it raised.
 
 Nothing here knows an expected value: the reference runs, GradScaler's trajectory, the brute
-force and the plans' memory and time are computed on the trusted side (autograder/suites/a7_memory.py).
+force and the plans' memory and time are computed on the trusted side (autograder/suites/a7_memory/).
 """
 
 from __future__ import annotations
