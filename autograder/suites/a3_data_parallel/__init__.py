@@ -38,6 +38,8 @@ from .names import (BF, BF_SRC, C_CAP, C_DTYPE, C_FULL, C_HOOKED, C_NOSYNC, C_ON
                     C_PARTITION, C_SYNC, C_UNUSED, C_UNUSED_HOOKED, DF, DF_SRC)
 from .planted import PLANTED
 
+_JUDGE = "autograder.suites.a3_data_parallel."
+
 MANIFEST = Manifest(
     assignment="a3", folder="a3_data_parallel", title="Data parallelism: buckets, overlap, accumulation",
     files={BF: BF_SRC, DF: DF_SRC},
@@ -54,12 +56,15 @@ MANIFEST = Manifest(
              "scaletrain.dp.data_parallel", "scaletrain.dp.DataParallel", "importlib", "__import__"),
     },
     groups=(
-        Group("buckets", "autograder.suites.a3_data_parallel.judge_buckets:group_buckets", timeout_s=60, trusted=True, checks=(
-            Check("3.1", C_PARTITION, 1), Check("3.1", C_CAP, 1, needs=(C_PARTITION,)),
-            Check("3.1", C_DTYPE, 1, needs=(C_PARTITION,)), Check("3.1", C_FULL, 1, needs=(C_PARTITION,)),
+        Group("buckets", _JUDGE + "judge_buckets:group_buckets", timeout_s=60, trusted=True, checks=(
+            # a property an empty or broken partition has for nothing counts only with the partition
+            Check("3.1", C_PARTITION, 1),
+            Check("3.1", C_CAP, 1, needs=(C_PARTITION,)),
+            Check("3.1", C_DTYPE, 1, needs=(C_PARTITION,)),
+            Check("3.1", C_FULL, 1, needs=(C_PARTITION,)),
             Check("3.1", C_ORDER, 1, needs=(C_PARTITION,)),
         )),
-        Group("ddp", "autograder.suites.a3_data_parallel.judge_ddp:group_ddp", timeout_s=150, trusted=True, checks=(
+        Group("ddp", _JUDGE + "judge_ddp:group_ddp", timeout_s=150, trusted=True, checks=(
             Check("3.2", C_SYNC, 3), Check("3.2", C_ONCE, 1, needs=(C_SYNC,)), Check("3.2", C_UNUSED, 2),
             Check("3.3", C_OVERLAP, 2, needs=(C_HOOKED,)), Check("3.3", C_HOOKED, 2), Check("3.3", C_NOSYNC, 2),
             Check("3.3", C_UNUSED_HOOKED, 1),
