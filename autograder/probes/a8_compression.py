@@ -13,7 +13,7 @@ on inputs the trusted side sends; outputs come back as data.
 
 Nothing here knows an expected value: the references (a single-process simulation of all ranks,
 closed-form byte counts, Algorithm 2 of LAMB written out) are computed on the trusted side
-(autograder/suites/a8_compression.py). torch's DDP communication hooks and torch's collectives
+(autograder/suites/a8_compression/). torch's DDP communication hooks and torch's collectives
 (`checks.forbid_collectives`, as in a6: they move data the counter at `isend` does not see) are traps
 while the student's code runs.
 """
