@@ -95,16 +95,26 @@ class ParameterCoordinator:
         self._use(module, "forward")
 
     def _post_forward(self, module: nn.Module, _inputs: Any, output: Any) -> None:
-        for unit in self._units_of[module]:
-            self.free(unit)
-        if torch.is_grad_enabled():  # gather again when the gradient reaches this module's output
-            for t in _tensors(output):
-                if t.requires_grad:
-                    t.register_hook(functools.partial(self._counted, self._pre_backward, module))
+        """Task 5.4 (the schedule). `module`'s forward is over (a forward hook; `output` is what it
+        returned). Contract: from here until backward reaches the module, its units hold no
+        storage (during forward only the root unit and the running module are gathered), and
+        when backward reaches it (its output's gradient is being computed) `_pre_backward` runs
+        for it, with its sends counted (wrap the call in `self._counted(fn, *args)`), before
+        autograd reads its parameters. How you learn that backward reached the module is your
+        design (tensor hooks on the output, module backward hooks...); `_tensors(output)` lists
+        the tensors inside an output. No backward follows a forward under `torch.no_grad()`.
+        Graded: stage 3 equals one process, the bytes gathered at each module's forward, the
+        bytes held after a step, and 3Ψ'(N-1)/N elements sent per step (ZeRO §7.2.3).
+        """
+        raise NotImplementedError('a5 task 5.4: implement `_post_forward` (see assignments/a5_zero/README.md)')
 
     def _pre_backward(self, module: nn.Module, _grad: torch.Tensor | None = None) -> None:
-        self._on_backward()
-        self._use(module, "backward")
+        """Task 5.4 (the schedule). Backward has reached `module` (possibly more than once: once per
+        output tensor). Contract: tell the engine that backward has started (`self._on_backward()`,
+        which it needs to finish the step) and make the module's units usable again, through
+        `self._use(module, "backward")` (it gathers, waiting for a prefetch under way, and starts
+        the next prefetches). The engine frees each unit once its gradients are reduce-scattered."""
+        raise NotImplementedError('a5 task 5.4: implement `_pre_backward` (see assignments/a5_zero/README.md)')
 
     def finish_backward(self) -> None:
         """The backward is over: wait for the prefetches, fix the order they follow (the first

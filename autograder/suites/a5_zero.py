@@ -63,12 +63,15 @@ FORBIDDEN = ("torch.distributed.optim", "torch.distributed.fsdp", "torch.distrib
 C_SHARD = "shard_of is a view of elements [r·m, (r+1)·m) of the padded buffer"
 C_UNSHARD = "unshard fills every chunk from its owner (N = 1, 2; fewer elements than ranks)"
 C_S1_EQ = "stage 1 equals one process (AdamW, SGD momentum; hidden models; N = 1, 2)"
-C_S1_BYTES = "stage 1 holds 8Ψ' + 8Ψ'/N bytes and sends 2Ψ'(N-1)/N elements per step"
+C_S1_HELD = "stage 1 holds 8Ψ' + 8Ψ'/N bytes after each step (optimizer state sharded)"
+C_S1_SENT = "stage 1 sends 2Ψ'(N-1)/N elements per step"
 C_S2_EQ = "stage 2 equals one process (several buckets; hidden models; N = 1, 2)"
-C_S2_BYTES = "stage 2 keeps only gradient shards: 4Ψ' + 12Ψ'/N bytes, 2Ψ'(N-1)/N sent"
+C_S2_HELD = "stage 2 keeps only gradient shards: 4Ψ' + 12Ψ'/N bytes after each step"
+C_S2_SENT = "stage 2 sends 2Ψ'(N-1)/N elements per step"
 C_S2_EARLY = "stage 2 reduce-scatters every bucket during backward and frees full gradients"
 C_S3_EQ = "stage 3 equals one process (hidden models; N = 1, 2)"
-C_S3_MEM = "stage 3 holds 16Ψ'/N bytes and gathers one block at a time"
+C_S3_HELD = "stage 3 holds 16Ψ'/N bytes after each step"
+C_S3_GATHER = "stage 3 gathers one block at a time in forward and frees every unit after backward"
 C_S3_COMM = "stage 3 sends 3Ψ'(N-1)/N elements per step"
 
 
@@ -101,13 +104,14 @@ def _semantic_cheats() -> tuple[Planted, ...]:
                  "        self.optimizer.step()\n"
                  "        for unit in self.units:\n"
                  "            unit.shard.grad = None\n"),
-                expect={C_S1_BYTES: "failed", C_S1_EQ: "passed", C_S2_BYTES: "passed", C_S3_MEM: "passed"}),
+                expect={C_S1_HELD: "failed", C_S1_SENT: "passed", C_S1_EQ: "passed", C_S2_HELD: "passed",
+                        C_S3_HELD: "passed"}),
         Planted("stage 3 keeps a copy of every unit it frees (out of memory_report's sight)", ZF3,
                 ("        unit.full.untyped_storage().resize_(0)\n",
                  "        if unit.full.untyped_storage().nbytes():\n"
                  "            self.__dict__.setdefault('_kept', {})[id(unit)] = unit.full.clone()\n"
                  "        unit.full.untyped_storage().resize_(0)\n"),
-                expect={C_S3_MEM: "failed", C_S3_EQ: "passed", C_S3_COMM: "passed", C_S2_BYTES: "passed"}),
+                expect={C_S3_HELD: "failed", C_S3_EQ: "passed", C_S3_COMM: "passed", C_S2_HELD: "passed"}),
         Planted("stage 2 reduce-scatters every bucket only once the last one is complete", ZF,
                 ("        if unit.pending == 0:\n"
                  "            self._reduce_scatter_unit(unit)\n"
@@ -122,7 +126,8 @@ def _semantic_cheats() -> tuple[Planted, ...]:
                  "                for held in self._held:\n"
                  "                    self._reduce_scatter_unit(held)\n"
                  "                self._held = []\n"),
-                expect={C_S2_EARLY: "failed", C_S2_EQ: "passed", C_S2_BYTES: "passed", C_S3_MEM: "passed"}),
+                expect={C_S2_EARLY: "failed", C_S2_EQ: "passed", C_S2_HELD: "passed", C_S2_SENT: "passed",
+                        C_S3_GATHER: "passed"}),
         Planted("stage 1 all-gathers through files and tells the byte counter it sent them", ZF,
                 ("            unit.shard.grad = None\n"
                  "            unshard(unit.full, unit.shard.detach(), self.group)\n",
@@ -140,7 +145,7 @@ def _semantic_cheats() -> tuple[Planted, ...]:
                  "            for r in range(n):\n"
                  "                unit.full[r * m:(r + 1) * m].copy_(torch.load(path.format(r)))\n"
                  "            record_send((n - 1) * m * unit.full.element_size(), n - 1)\n"),
-                expect={C_S1_BYTES: "failed", C_S1_EQ: "passed", C_UNSHARD: "passed", C_S2_BYTES: "passed"}),
+                expect={C_S1_SENT: "failed", C_S1_EQ: "passed", C_UNSHARD: "passed", C_S2_SENT: "passed"}),
     )
 
 
@@ -175,34 +180,43 @@ MANIFEST = Manifest(
         Task("5.2", "Stage 1: reduce-scatter, step on the shard, all-gather", file=ZF, functions=("_step_stage1",)),
         Task("5.3", "Stage 2: reduce-scatter buckets during backward", file=ZF,
              functions=("_grad_ready", "_reduce_scatter_unit", "_step_stage2")),
-        Task("5.4", "Stage 3: gather parameters before use, free them after", file=ZF3, functions=("gather", "free")),
+        Task("5.4", "Stage 3: when to gather and free parameters (a design decision)", file=ZF3,
+             functions=("gather", "free", "_post_forward", "_pre_backward")),
     ),
     forbidden={file: FORBIDDEN for file in (ZF, ZF3)},
     groups=(
         Group("ranks", "autograder.suites.a5_zero:group_ranks", timeout_s=240, trusted=True, checks=(
             Check("5.1", C_SHARD, 1), Check("5.1", C_UNSHARD, 2),
-            Check("5.2", C_S1_EQ, 3), Check("5.2", C_S1_BYTES, 1, needs=(C_S1_EQ,)),
-            Check("5.3", C_S2_EQ, 3), Check("5.3", C_S2_BYTES, 1, needs=(C_S2_EQ,)),
-            Check("5.3", C_S2_EARLY, 1, needs=(C_S2_EQ,)),
-            Check("5.4", C_S3_EQ, 3), Check("5.4", C_S3_MEM, 2, needs=(C_S3_EQ,)),
-            Check("5.4", C_S3_COMM, 1, needs=(C_S3_EQ,)),
+            Check("5.2", C_S1_EQ, 2), Check("5.2", C_S1_HELD, 1, needs=(C_S1_EQ,)),
+            Check("5.2", C_S1_SENT, 1, needs=(C_S1_EQ,)),
+            Check("5.3", C_S2_EQ, 2), Check("5.3", C_S2_HELD, 1, needs=(C_S2_EQ,)),
+            Check("5.3", C_S2_SENT, 1, needs=(C_S2_EQ,)), Check("5.3", C_S2_EARLY, 1, needs=(C_S2_EQ,)),
+            Check("5.4", C_S3_EQ, 3), Check("5.4", C_S3_HELD, 1, needs=(C_S3_EQ,)),
+            Check("5.4", C_S3_GATHER, 1, needs=(C_S3_EQ,)), Check("5.4", C_S3_COMM, 1, needs=(C_S3_EQ,)),
         )),
     ),
     planted=(
         Planted("gradients summed, not averaged", ZF,
                 ('unit.shard.grad = ring_reduce_scatter(unit.sync_flat_grad(), op="avg", group=self.group)',
                  'unit.shard.grad = ring_reduce_scatter(unit.sync_flat_grad(), op="sum", group=self.group)'),
-                expect={C_S1_EQ: "failed", C_S1_BYTES: "failed", C_UNSHARD: "passed", C_S3_EQ: "passed"}),
+                expect={C_S1_EQ: "failed", C_S1_HELD: "failed", C_S1_SENT: "failed", C_UNSHARD: "passed",
+                        C_S3_EQ: "passed"}),
         Planted("stage 3 never frees gathered parameters", ZF3,
                 ("        unit.full.untyped_storage().resize_(0)\n", "        pass\n"),
-                expect={C_S3_MEM: "failed", C_S3_EQ: "passed", C_S3_COMM: "passed", C_S2_EQ: "passed"}),
+                expect={C_S3_GATHER: "failed", C_S3_HELD: "failed", C_S3_EQ: "passed", C_S3_COMM: "passed",
+                        C_S2_EQ: "passed"}),
+        # a small slip in the schedule costs its share: units kept gathered from forward to backward
+        Planted("stage 3 frees a unit only after its backward, not after its forward", ZF3,
+                ("        for unit in self._units_of[module]:\n            self.free(unit)\n"
+                 "        if torch.is_grad_enabled():", "        if torch.is_grad_enabled():"),
+                expect={C_S3_EQ: "passed", C_S3_HELD: "passed", C_S3_GATHER: "failed", C_S3_COMM: "failed"}),
         *_semantic_cheats(),
         Planted("wraps torch's FSDP", ZF,
                 ("import torch.nn as nn\n", "import torch.nn as nn\nfrom torch.distributed.fsdp import fully_shard\n"),
                 expect={C_SHARD: "flagged", C_S1_EQ: "flagged", C_S2_EARLY: "flagged"}),
         Planted("stage 3's coordinator wraps torch's FSDP", ZF3,
                 ("import torch.nn as nn\n", "import torch.nn as nn\nfrom torch.distributed.fsdp import fully_shard\n"),
-                expect={C_S3_EQ: "flagged", C_S3_MEM: "flagged", C_S1_EQ: "passed"}),
+                expect={C_S3_EQ: "flagged", C_S3_GATHER: "flagged", C_S1_EQ: "passed"}),
         Planted("all-gather that only receives (deadlock)", ZF,
                 ("    ring_all_gather_chunks(chunks, ring)\n",
                  "    torch.distributed.irecv(mine, src=ring.recv_from, group=ring.group).wait()\n"),
@@ -271,8 +285,8 @@ def _jobs(names: set[str], seed: int) -> dict[str, list[dict]]:
     need: dict[str, list[dict]] = {}
     if C_UNSHARD in names:
         need[C_UNSHARD] = [_unshard_job(size, seed) for size in (P, 1)]
-    for stage, eq, audits in ((1, C_S1_EQ, (C_S1_BYTES,)), (2, C_S2_EQ, (C_S2_BYTES, C_S2_EARLY)),
-                              (3, C_S3_EQ, (C_S3_MEM, C_S3_COMM))):
+    for stage, eq, audits in ((1, C_S1_EQ, (C_S1_HELD, C_S1_SENT)), (2, C_S2_EQ, (C_S2_HELD, C_S2_SENT, C_S2_EARLY)),
+                              (3, C_S3_EQ, (C_S3_HELD, C_S3_GATHER, C_S3_COMM))):
         jobs = [_job(model, opt, stage, size, seed) for size in (P, 1) for model, opt in GRID[size]]
         if eq in names:
             need[eq] = jobs
@@ -642,16 +656,18 @@ def _verify_unshard(job: dict, outs: list[dict], ref: _Reference) -> None:
 
 
 VERIFY = {C_UNSHARD: (_verify_unshard,), C_S1_EQ: (_verify_equal,), C_S2_EQ: (_verify_equal,),
-          C_S3_EQ: (_verify_equal,), C_S1_BYTES: (_verify_held, _verify_sent),
-          C_S2_BYTES: (_verify_held, _verify_sent), C_S2_EARLY: (_verify_early,),
-          C_S3_MEM: (_verify_held, _verify_stage3), C_S3_COMM: (_verify_sent,)}
-CHECKS = (C_SHARD, C_UNSHARD, C_S1_EQ, C_S1_BYTES, C_S2_EQ, C_S2_BYTES, C_S2_EARLY, C_S3_EQ, C_S3_MEM, C_S3_COMM)
+          C_S3_EQ: (_verify_equal,), C_S1_HELD: (_verify_held,), C_S1_SENT: (_verify_sent,),
+          C_S2_HELD: (_verify_held,), C_S2_SENT: (_verify_sent,), C_S2_EARLY: (_verify_early,),
+          C_S3_HELD: (_verify_held,), C_S3_GATHER: (_verify_stage3,), C_S3_COMM: (_verify_sent,)}
+CHECKS = (C_SHARD, C_UNSHARD, C_S1_EQ, C_S1_HELD, C_S1_SENT, C_S2_EQ, C_S2_HELD, C_S2_SENT, C_S2_EARLY, C_S3_EQ,
+          C_S3_HELD, C_S3_GATHER, C_S3_COMM)
 # what each task's checks call: every stage gathers with 5.1's functions, stage 3 reduces with 5.3's
-S1, S2, S3 = ("_step_stage1",), ("_grad_ready", "_reduce_scatter_unit"), ("gather", "free")
+S1, S2, S3 = ("_step_stage1",), ("_grad_ready", "_reduce_scatter_unit"), ("gather", "free", "_post_forward",
+                                                                             "_pre_backward")
 NEEDS = {C_SHARD: ("shard_of",), C_UNSHARD: ("unshard",)}
 NEEDS.update({name: ("shard_of", "unshard") + extra for names, extra in (
-    ((C_S1_EQ, C_S1_BYTES), S1), ((C_S2_EQ, C_S2_BYTES, C_S2_EARLY), S2 + ("_step_stage2",)),
-    ((C_S3_EQ, C_S3_MEM, C_S3_COMM), S2 + S3)) for name in names})
+    ((C_S1_EQ, C_S1_HELD, C_S1_SENT), S1), ((C_S2_EQ, C_S2_HELD, C_S2_SENT, C_S2_EARLY), S2 + ("_step_stage2",)),
+    ((C_S3_EQ, C_S3_HELD, C_S3_GATHER, C_S3_COMM), S2 + S3)) for name in names})
 
 
 def unimplemented(path: Path) -> set[str]:
