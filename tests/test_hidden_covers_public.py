@@ -38,7 +38,7 @@ BOUNDARY = {
     "a6": ("f's backward does not allreduce",),
     "a7": ("the scale grows one clean step late (> growth_interval for ==)",),
     "a8": ("1-bit: the last, shorter chunk's mean divided by the full chunk size",),
-    "a9": ("in-flight microbatches: p even when m < p (min(p, m) forgotten)",),
+    "a9": ("in-flight pairs: p - r even when m < p (GPipe's fill forgotten)",),
     "a10": ("capacity rounded down (floor, not ceil)",),
 }
 

@@ -12,7 +12,8 @@ function's name first:
   numbers sent (so task 9.3 is graded on the grader's stage times, not the student's 9.2);
 - `candidates`: `candidate_layouts`, each layout as its fields;
 - `search_with_table`: `search` whose predictions come from a table the trusted side computed;
-  returns the layouts it ranked, in order, and any layout it asked about that the table lacks.
+  returns the layouts it ranked, in order, and any layout it asked about that the table lacks;
+- `cp_with_table`: `context_parallel_break_even` on such a table, with the reference's search.
 """
 
 from __future__ import annotations
@@ -89,3 +90,46 @@ def search_with_table(stem: str, function: str, *, model, cluster, gpus, global_
     ranked = getattr(student_module(stem), function)(_model(model), _cluster(cluster), gpus, global_batch,
                                                      predict_fn=lookup, **space)
     return {"ranked": [_fields(p.layout) for p in ranked], "unknown": unknown[:5]}
+
+
+def cp_with_table(stem: str, function: str, *, model, cluster, gpus, tokens, seqs, cps, space: dict, table: list):
+    """`context_parallel_break_even` on a table of predictions the trusted side computed for every
+    candidate (keyed by sequence length and layout), with the module's `candidate_layouts` and
+    `search` replaced by the table's (its candidates; those that fit, fastest first, then less
+    memory), so task 9.5 is graded on its own, whatever the student's 9.4 does. Returns the answer
+    and any layout it asked about that the table lacks."""
+    from scaletrain.plan.prediction import Prediction
+    from scaletrain.plan.specs import Layout
+
+    known = {(entry["seq"], tuple(sorted(entry["layout"].items()))): entry for entry in table}
+    unknown = []
+
+    def lookup(model_spec, _cluster_spec, layout):
+        entry = known.get((model_spec.seq, tuple(sorted(_fields(layout).items()))))
+        if entry is None:
+            unknown.append(_fields(layout))
+            return Prediction(layout=layout, iteration_s=float("inf"), tflops_per_gpu=0.0, mfu=0.0, tokens_per_s=0.0,
+                              memory_per_gpu_bytes=0, fits=False, memory=None, time=None)
+        return Prediction(layout=layout, memory=None, time=None, **entry["prediction"])
+
+    def candidates(model_spec, _cluster_spec, _gpus, _batch, *, cps=(1,), **_space):
+        found = [Layout(**e["layout"]) for e in table if e["seq"] == model_spec.seq and e["layout"]["cp"] in cps]
+        if not found:
+            raise ValueError(f"no layout at seq={model_spec.seq} with cp in {tuple(cps)}")
+        return found
+
+    def search(model_spec, cluster_spec, gpus_, batch, *, predict_fn=lookup, top=None, **space_):
+        preds = [predict_fn(model_spec, cluster_spec, lay) for lay in candidates(model_spec, cluster_spec, gpus_,
+                                                                                 batch, **space_)]
+        ranked = sorted((p for p in preds if p.fits), key=lambda p: (p.iteration_s, p.memory_per_gpu_bytes))
+        return ranked if top is None else ranked[:top]
+
+    module = student_module(stem)
+    own = module.search, module.candidate_layouts
+    module.search, module.candidate_layouts = search, candidates
+    try:
+        answer = getattr(module, function)(_model(model), _cluster(cluster), gpus, tokens, seqs, cps=tuple(cps),
+                                           predict_fn=lookup, **space)
+    finally:
+        module.search, module.candidate_layouts = own
+    return {"answer": answer, "unknown": unknown[:5]}
