@@ -1,8 +1,10 @@
 # The file to fill in (handout: README.md here). Staff: generated from lib/scaletrain/plan/memory.py by `python -m autograder release`; edit the source.
 """Memory of one GPU in a 3D-parallel run: model states, in-flight activations, buffers (a9 task 9.1).
 
-The peak sits on pipeline rank 0 (the first stage): it holds the embedding and, under 1F1B, the
-most microbatches whose backward has not run yet. Its bytes, in mixed precision with Adam:
+With even stages the peak sits on pipeline rank 0 (the first stage): it holds the embedding and,
+under 1F1B, the most microbatches whose backward has not run yet; with Megatron's uneven stages
+(fewer layers on the ends) it can move to rank 1, so every rank is looked at. A rank's bytes, in
+mixed precision with Adam:
 
   model states   Ψ_rank parameters (1/p of the layers, 1/t of each weight; the embedding V·h/t
                  split over the vocabulary) at 2 + 2 + 12 B each, sharded over the d data-parallel

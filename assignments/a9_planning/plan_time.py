@@ -1,18 +1,20 @@
 # The file to fill in (handout: README.md here). Staff: generated from lib/scaletrain/plan/time_model.py by `python -m autograder release`; edit the source.
 """Time of one training iteration of a 3D-parallel run, term by term (a9 tasks 9.2 and 9.3).
 
-One pipeline rank's work per (chunk, microbatch) pair, on the slowest stage (the last one: its
-layers plus the logit layer; a stage is charged as the slowest, since the steady state runs at
-its pace):
+One pipeline rank's work per (chunk, microbatch) pair, on the slowest stage (with even stages the
+last one: its layers plus the logit layer; with uneven ones `slowest_stage` says; the whole
+pipeline is charged at its pace, since the steady state runs at it):
 
-  compute      FLOPs of `scaletrain.plan.flops` / t, at peak × the cluster's efficiency of the
-               layer's GEMM shapes (b·s, h, h/t, s, h/a; `efficiency.py`), the logit layer too;
-               forward 1 pass, backward 2, full recomputation 1 more forward;
+  compute      FLOPs of `scaletrain.plan.flops` / (t·c), at the layer's rate (`rates.py`: its
+               GEMMs on the roofline plus the element-wise kernels' HBM traffic), the logit layer
+               too; forward 1 pass, backward 2, full recomputation 1 more forward;
   TP comm      per layer, an allreduce of the b·s·h 16-bit activations for each of attention and
                MLP, in the forward, the backward and the recomputed forward: 4 allreduces
                (6 with full recompute) over t ranks, ring α–β (`scaletrain.comm.cost_model`), on
                NVLink or, when t exceeds a node, InfiniBand (seminar notes §1.2.5.1, eq. 5:
                8·b·s·h·(t-1)/t bytes per layer per pass pair);
+  CP ring      with c > 1 context-parallel ranks, per layer c - 1 blocks of K and V to the next
+               rank, hidden behind the attention core when overlap_cp (Liu et al. 2023, §3);
   PP message   each forward sends its output and each backward its input gradient to a
                neighbour, 2·b·s·h bytes; split t ways (Megatron's scatter/gather, Narayanan et
                al. 2021, §4.1). Megatron's 2021 send/recv block the rank, so a message is part of
