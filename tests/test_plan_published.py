@@ -84,6 +84,15 @@ def test_every_preset_is_searchable_with_2024_software(model):
     assert best and best[0].fits and best[0].mfu < 0.81
 
 
+def test_h200_is_the_h100_with_more_and_faster_memory():
+    h200 = CLUSTERS["h200"]
+    assert (h200.peak_flops, h200.intra, h200.inter) == (H100.peak_flops, H100.intra, H100.inter)
+    assert h200.hbm_bytes > H100.hbm_bytes and h200.hbm_bandwidth > H100.hbm_bandwidth
+    space = dict(microbatches=(1,), **SOFTWARE["megatron-2024"].space())
+    on = {c: search(LLAMA_FAMILY["Llama-3-70B"], CLUSTERS[c], 64, 64, top=1, **space)[0] for c in ("h100", "h200")}
+    assert on["h200"].iteration_s < on["h100"].iteration_s  # faster element-wise kernels, room for less recompute
+
+
 def test_context_parallelism_pays_only_for_long_sequences():
     space = dict(microbatches=(1,), **SOFTWARE["megatron-2024"].space(cps=(1, 2, 4, 8)))
     short = search(LLAMA_FAMILY["Llama-3-8B"], H100, 64, 64, top=1, **space)[0]
