@@ -12,6 +12,7 @@ from autograder import checks
 from autograder.manifest import REPO
 from autograder.probes import a5_zero as probe
 from autograder.suites import a5_zero as suite
+from autograder.suites.a5_zero import inputs, judge_stages, reference
 
 
 def test_every_group_is_trusted():
@@ -54,9 +55,9 @@ def test_send_counter_counts_the_tensors_handed_to_isend(monkeypatch):
 def _early_samples(job, late: bool):
     """A stage-2 backward of the layout's buckets, in reverse order, sampled as the probe does:
     on time (each bucket sent and dropped when complete) or late (everything at the last one)."""
-    layout = suite._layout(job)
+    layout = reference._layout(job)
     units, item = layout["units"], layout["itemsize"]
-    numel = {n: suite._numel(s) for u in units for n, s in zip(u["names"], u["shapes"])}
+    numel = {n: reference._numel(s) for u in units for n, s in zip(u["names"], u["shapes"])}
     base = sum(u["padded"] for u in units) * item + layout["frozen"]
     samples, sent, shards, held = [], 0, 0, 0
     order = [(u, n) for u in reversed(units) for n in reversed(u["names"])]
@@ -78,28 +79,28 @@ def _early_samples(job, late: bool):
 
 @pytest.mark.parametrize("late", [False, True])
 def test_stage2_backward_must_reduce_scatter_each_bucket_when_complete(late):
-    job = suite._job("h_gpt", "sgd_momentum", 2, 2, seed=3)
+    job = inputs._job("h_gpt", "sgd_momentum", 2, 2, seed=3)
     out = {"steps": [{"samples": _early_samples(job, late)}]}
     if late:
         with pytest.raises(AssertionError, match="reduce-scatter each bucket"):
-            suite._verify_early(job, [out], suite._Reference())
+            judge_stages._verify_early(job, [out], reference._Reference())
     else:
-        suite._verify_early(job, [out], suite._Reference())
+        judge_stages._verify_early(job, [out], reference._Reference())
 
 
 def test_probe_and_verdicts_end_to_end_on_one_rank(monkeypatch):
     """The reference engine through the probe on N = 1 (stages 1-3, traced), judged here."""
     monkeypatch.setenv("AUTOGRADER_SUBMISSION", str(REPO / "solutions" / "a5_zero"))
-    jobs = [dict(suite._job(model, optimizer, stage, 1, seed=5), trace=True)
+    jobs = [dict(inputs._job(model, optimizer, stage, 1, seed=5), trace=True)
             for stage, model, optimizer in ((1, "h_groups", "sgd_momentum"), (2, "h_gpt", "adamw"),
                                             (3, "h_gpt", "adamw"), (3, "h_groups", "sgd_momentum"))]
     per_rank = probe.run_ranks("zero_engine", jobs, 1, 10.0, 120)
     assert checks.rank_failure(jobs, per_rank) is None
-    ref = suite._Reference()
+    ref = reference._Reference()
     for job in jobs:
-        outs = suite._outputs(job, per_rank)
-        suite._verify_equal(job, outs, ref)
-        suite._verify_held(job, outs, ref)
-        suite._verify_sent(job, outs, ref)  # N = 1: nothing goes over the wire
+        outs = reference._outputs(job, per_rank)
+        judge_stages._verify_equal(job, outs, ref)
+        judge_stages._verify_held(job, outs, ref)
+        judge_stages._verify_sent(job, outs, ref)  # N = 1: nothing goes over the wire
         if job["stage"] == 3 and job["key"] == "h_gpt":
-            suite._verify_stage3(job, outs, ref)
+            judge_stages._verify_stage3(job, outs, ref)

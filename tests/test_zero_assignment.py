@@ -1,6 +1,7 @@
 """a5's stub detection reads the generated files (its selftest runs in tests/test_assignments.py)."""
 
-from autograder.suites.a5_zero import MANIFEST, unimplemented
+from autograder.suites.a5_zero import MANIFEST
+from autograder.suites.a5_zero.judge import unimplemented
 
 def test_stub_detection_reads_the_generated_files():
     every = {f for t in MANIFEST.tasks for f in t.functions}

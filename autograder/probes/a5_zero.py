@@ -23,7 +23,7 @@ probe's wrapper of `torch.distributed.isend` / `send` saw (installed before the 
 imported), not `record_send`'s counter; memory is the probe's own walk over storages (a storage
 counted once, however many views), not the engine's report. Nothing here knows an expected
 value: the reference run, the layout and the formulas exist only on the trusted side
-(autograder/suites/a5_zero.py), which also builds its models with `build_model` below.
+(autograder/suites/a5_zero/), which also builds its models with `build_model` below.
 """
 
 from __future__ import annotations
