@@ -117,9 +117,10 @@ class ParameterCoordinator:
     def _pre_backward(self, module: nn.Module, _grad: torch.Tensor | None = None) -> None:
         """Task 5.4 (the schedule). Backward has reached `module` (possibly more than once: once per
         output tensor). Contract: tell the engine that backward has started (`self._on_backward()`,
-        which it needs to finish the step) and make the module's units usable again, through
-        `self._use(module, "backward")` (it gathers, waiting for a prefetch under way, and starts
-        the next prefetches). The engine frees each unit once its gradients are reduce-scattered."""
+        which it needs to finish the step) and make the module's units usable again, as
+        `_pre_forward` does for the forward (`_use` with this phase's name: it gathers, waits for a
+        prefetch under way and starts the next ones in the backward's order). The engine frees
+        each unit once its gradients are reduce-scattered."""
         self._on_backward()
         self._use(module, "backward")
 
