@@ -8,15 +8,12 @@ from __future__ import annotations
 
 from autograder import checks
 
+from .inputs import (CAUSAL_CASES, DWDB_SHAPES, LN_SHAPES, MASK_CASES, SM_16BIT, SM_BWD, SM_BWD_EVEN, SM_EVEN,
+                     SM_LONG, SM_RAGGED, TILE_SHAPES, TILES)
 from .names import (C_DWDB, C_HUGE, C_LN_AFFINE, C_LN_BF16, C_LN_DX, C_LN_DX_BF16, C_LN_DX_FP16, C_LN_DX_NO_W,
                     C_LN_DX_TILES, C_LN_FP16, C_LN_FWD, C_LN_SHIFT, C_LN_TILES, C_PREFIX, C_SM_BF16, C_SM_BWD,
                     C_SM_BWD_BF16, C_SM_BWD_EVEN, C_SM_BWD_FP16, C_SM_BWD_TILES, C_SM_CAUSAL, C_SM_EVEN, C_SM_FP16,
                     C_SM_FWD, C_SM_LONG, C_SM_MASK, C_SM_TILES, C_SMOKE, PROBE, TRITON_KERNELS, triton_compile_check)
-
-# tiles the launcher does not pick for these shapes: one row per program, rows of several tiles,
-# a tile wider than the row (padding), a partial last program
-TILES = ((1, 16), (2, 32), (8, 64), (4, 128))
-TILE_SHAPES = ((5, 37), (3, 100))
 
 
 def _storage(t):
@@ -82,31 +79,24 @@ def group_softmax(ctx):
     st, dev = remote_backend(ctx), ctx.device
     seeds = checks.trial_seeds(8, salt=1)  # the public tests' shapes (issue 27) come last in each list
     with ctx.check(C_SM_FWD):
-        for shape, seed in zip([(613, 781), (3, 37, 129), (100, 3), (2, 2, 5, 11), (2, 3, 45)], seeds):
+        for shape, seed in zip(SM_RAGGED, seeds):
             cf.softmax_forward(st, shape, seed=seed, scale=5.0, device=dev)
     with ctx.check(C_SM_EVEN):
-        for shape, seed in zip([(64, 256), (2, 16, 128)], seeds):
+        for shape, seed in zip(SM_EVEN, seeds):
             cf.softmax_forward(st, shape, seed=seed, scale=5.0, device=dev)
     with ctx.check(C_SM_LONG):
-        for shape, seed in zip([(3, 9001), (2, 16411), (2, 9001)], seeds):
+        for shape, seed in zip(SM_LONG, seeds):
             cf.softmax_forward(st, shape, seed=seed, device=dev)
-    with ctx.check(C_SM_MASK):
-        cases = [dict(shape=(2, 3, 37, 37), mask_shape=(37, 37)), dict(shape=(2, 3, 2, 4, 5), mask_shape=(2, 1, 2, 1, 5)),
-                 dict(shape=(2, 9001), mask_shape=(1, 9001), pad=True)]
-        for case, seed in zip(cases, seeds):
-            cf.softmax_forward(st, case.pop("shape"), seed=seed, **case, device=dev)
-    with ctx.check(C_SM_CAUSAL):
-        cases = [dict(shape=(3, 41, 41), causal=True),
-                 dict(shape=(2, 3, 37, 37), mask_shape=(2, 1, 1, 37), pad=True, causal=True),
-                 dict(shape=(2, 3, 17, 17), mask_shape=(2, 1, 1, 17), pad=True, causal=True)]
-        for case, seed in zip(cases, seeds[3:]):
-            cf.softmax_forward(st, case.pop("shape"), seed=seed, **case, device=dev)
+    for name, cases, first in ((C_SM_MASK, MASK_CASES, 0), (C_SM_CAUSAL, CAUSAL_CASES, 3)):
+        with ctx.check(name):
+            for (shape, options), seed in zip(cases, seeds[first:]):
+                cf.softmax_forward(st, shape, seed=seed, **options, device=dev)
     with ctx.check(C_PREFIX):
         cf.masked_prefix(st, device=dev)
     for name, dtype in ((C_SM_FP16, "fp16"), (C_SM_BF16, "bf16")):
         with ctx.check(name):
-            cf.softmax_forward(st, (67, 300), dtype=dtype, seed=seeds[0], device=dev)
-            cf.softmax_forward(st, (2, 9001), dtype=dtype, seed=seeds[1], device=dev)
+            for shape, seed in zip(SM_16BIT, seeds):
+                cf.softmax_forward(st, shape, dtype=dtype, seed=seed, device=dev)
     with ctx.check(C_SM_TILES):
         for tile in TILES:
             tiled = remote_backend(ctx, tile=tile)
@@ -120,10 +110,10 @@ def group_softmax(ctx):
 def _softmax_backward(ctx, cf, st, seeds) -> None:
     dev = ctx.device
     with ctx.check(C_SM_BWD):
-        for shape, seed in zip([(613, 781), (7, 1), (2, 3, 45), (3, 9001), (31, 257)], seeds):
+        for shape, seed in zip(SM_BWD, seeds):
             cf.softmax_backward(st, shape, seed=seed, device=dev)
     with ctx.check(C_SM_BWD_EVEN):
-        for shape, seed in zip([(64, 256), (16, 1024)], seeds):
+        for shape, seed in zip(SM_BWD_EVEN, seeds):
             cf.softmax_backward(st, shape, seed=seed, device=dev)
     with ctx.check(C_SM_BWD_FP16):
         cf.softmax_backward(st, (67, 300), dtype="fp16", seed=seeds[2], device=dev)
@@ -140,7 +130,7 @@ def group_layer_norm(ctx):
     cf = _start(ctx)
     st, dev = remote_backend(ctx), ctx.device
     seeds = checks.trial_seeds(8, salt=2)
-    shapes = [(613, 781), (7, 1), (2, 3, 45), (300, 3), (3, 9001), (31, 257)]  # the last: the public tests'
+    shapes = LN_SHAPES
     with ctx.check(C_LN_FWD):
         for shape, seed in zip(shapes, seeds):
             cf.layer_norm_forward(st, shape, seed=seed, offset=1.0, device=dev)
@@ -177,7 +167,7 @@ def _layer_norm_backward(ctx, cf, st, seeds, shapes) -> None:
     # task 1.5 on its own: the wrapper launches the dx kernel (task 1.4) first; here it does not
     alone = remote_backend(ctx, skip=("layer_norm_bwd_dx_kernel",))
     with ctx.check(C_DWDB):
-        for shape, seed in zip([(613, 781), (1037, 3), (3, 9001), (301, 97)], seeds):
+        for shape, seed in zip(DWDB_SHAPES, seeds):
             cf.layer_norm_backward(alone, shape, seed=seed, grads=("dweight", "dbias"), device=dev)
         cf.layer_norm_backward(alone, (67, 300), dtype="bf16", grads=("dweight", "dbias"), device=dev)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from autograder import checks
 
+from .inputs import emulated_shapes
 from .judge import _start, remote_backend
 from .names import CUDA_KERNELS, EMULATED, PROBE, cuda_compile_check
 
@@ -24,20 +25,11 @@ def group_compile_cuda(ctx):
             nvcc.verdict(cu, results[cu]["returncode"], results[cu]["log"], kernels=kernels)
 
 
-def _emulated_shapes():
-    """conformance.BUCKET_SHAPES with a few rows each (the emulator runs a few million elements a second):
-    every launcher bucket; 67 rows give a partial last block of 4 warp-rows and two row groups
-    of the dweight / dbias reduction."""
-    from scaletrain.ops import conformance as cf
-
-    return [(rows, cols) for (_, cols), rows in zip(cf.BUCKET_SHAPES, (67, 9, 7, 5, 6, 3, 3, 2, 2, 2))]
-
-
 def group_emulated_cuda(ctx):
     cf = _start(ctx)
     worker = ctx.untrusted()
     built = worker.call(PROBE + "build_cuda_cpu")  # per .cu file: None, or (outcome, the compiler's words)
-    backend, shapes = remote_backend(ctx, kernels="cuda-cpu"), _emulated_shapes()
+    backend, shapes = remote_backend(ctx, kernels="cuda-cpu"), emulated_shapes()
     seeds = checks.trial_seeds(len(shapes), salt=40)
     # every bucket in fp32; fp16 / bf16 on a warp-row, a block-row and a looped shape
     cases = [(s, "fp32", seed) for s, seed in zip(shapes, seeds)]

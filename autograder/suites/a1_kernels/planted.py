@@ -6,9 +6,8 @@ from __future__ import annotations
 from autograder.attacks import kernel_attacks
 from autograder.manifest import REPO, Planted
 
-from .names import (C_DWDB, C_HUGE, C_LN_DX, C_LN_FWD, C_PREFIX, C_SM_BWD, C_SM_CAUSAL, C_SM_FWD, C_SM_LONG, C_SM_MASK, C_SMOKE,
-                    EMULATED,
-                    LN, LNC, SM, SMC, triton_compile_check)
+from .names import (C_DWDB, C_HUGE, C_LN_DX, C_LN_FWD, C_PREFIX, C_SM_CAUSAL, C_SM_FWD, C_SM_LONG,
+                    C_SM_MASK, C_SMOKE, EMULATED, LN, LNC, SM, SMC, triton_compile_check)
 
 # Bugs the emulator must catch (the selftest plants them; tests/test_cuda_cpu.py too): file, old, new.
 CUDA_BUGS = {

@@ -10,18 +10,13 @@ from __future__ import annotations
 from autograder import checks
 from autograder.suites import paired, sized
 
+from .inputs import attention_inputs, cross_entropy_inputs, dtype_of
 from .names import (BACKWARD_DQ, C_BF16, C_BWD, C_BWD_BF16, C_BWD_CAUSAL, C_BWD_EVEN, C_BWD_FP16, C_BWD_TILES,
                     C_CAUSAL, C_CE_BWD, C_CE_FWD, C_CE_HUGE, C_DENSE, C_FP16, C_FWD_TILES, C_HUGE, C_SMOKE,
                     CE_BACKWARD, OTHER_TILES, PROBE, TILE, TRITON_KERNELS, compile_check)
 
 
-
 # ---- trials: reference here (float64), the student's kernels in the worker ------------------------
-def _dtype(name):
-    import torch
-    return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[name]
-
-
 def _reference(q, k, v, causal, do=None):
     """(O, L, dQ, dK, dV) in float64 by torch's SDPA and autograd."""
     import torch
@@ -38,25 +33,17 @@ def _reference(q, k, v, causal, do=None):
     return out.detach(), lse, *grads
 
 
-def _inputs(bh, seq_q, seq_k, d, dtype, seed, scale=1.0):
-    import torch
-
-    gen = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(bh, s, d, generator=gen).to(_dtype(dtype)) for s in (seq_q, seq_k, seq_k))
-    return (q * scale).to(q.dtype), k, v
-
-
 def attention_forward(ctx, bh, seq_q, seq_k, d, *, causal=False, dtype="fp32", seed=0, scale=1.0,
                       max_elements=None, tile=(TILE, TILE)):
     from scaletrain.testing import TOLERANCE, assert_close
 
-    q, k, v = _inputs(bh, seq_q, seq_k, d, dtype, seed, scale)
+    q, k, v = attention_inputs(bh, seq_q, seq_k, d, dtype, seed, scale)
     out, lse, *_ = _reference(q, k, v, causal)
     what = f"attention forward {bh}x{seq_q}x{seq_k}x{d} causal={causal} {dtype}"
     o, lse_got = sized(ctx.untrusted().call(PROBE + "run", "attention_fwd", [q, k, v, causal, None, *tile],
                                             interpret=ctx.device != "cuda", device=ctx.device,
                                             max_elements=max_elements), 2, f"{what}: (O, L)")
-    assert_close(o, out, rtol=TOLERANCE[_dtype(dtype)], what=f"{what}: O")
+    assert_close(o, out, rtol=TOLERANCE[dtype_of(dtype)], what=f"{what}: O")
     assert_close(lse_got, lse, rtol=TOLERANCE["float32"], what=f"{what}: log-sum-exp L")
 
 
@@ -65,13 +52,13 @@ def attention_backward(ctx, bh, seq, d, *, causal=False, dtype="fp32", seed=0, t
     from scaletrain.ops.testing import attention_grad_atol
     from scaletrain.testing import TOLERANCE, assert_close
 
-    q, k, v = _inputs(bh, seq, seq, d, dtype, seed)
+    q, k, v = attention_inputs(bh, seq, seq, d, dtype, seed)
     do = torch.randn(bh, seq, d, generator=torch.Generator().manual_seed(seed + 1)).to(q.dtype)
     out, lse, dq, dk, dv = _reference(q, k, v, causal, do)
     got = ctx.untrusted().call(PROBE + "run", "attention_bwd",
                                [do, q, k, v, out.to(q.dtype), lse.float(), causal, None, *tile],
                                interpret=ctx.device != "cuda", device=ctx.device)
-    tol, what = 4 * TOLERANCE[_dtype(dtype)], f"attention backward {bh}x{seq}x{d} causal={causal} {dtype}"
+    tol, what = 4 * TOLERANCE[dtype_of(dtype)], f"attention backward {bh}x{seq}x{d} causal={causal} {dtype}"
     atol = attention_grad_atol(q, k, v, do, storage=q.dtype)  # derived: where dS = P (dP - D) cancels
     for name, (g, ref) in zip(("dQ", "dK", "dV"), paired(got, (dq, dk, dv), f"{what}: (dQ, dK, dV)"), strict=True):
         assert_close(g, ref, rtol=tol, atol=atol[name], what=f"{what}: {name}")
@@ -84,13 +71,9 @@ def cross_entropy_trial(ctx, rows, vocab, *, smoothing, part: str, dtype="fp32",
     import torch.nn.functional as F
     from scaletrain.testing import TOLERANCE, assert_close
 
-    gen = torch.Generator().manual_seed(seed)
-    x = (torch.randn(rows, vocab, generator=gen) * scale).to(_dtype(dtype))
-    target = torch.randint(0, vocab, (rows,), generator=gen)
-    target[rows // 2] = -100
+    x, target, dloss = cross_entropy_inputs(rows, vocab, dtype, seed, scale)
     ref = x.double().requires_grad_()
     loss = F.cross_entropy(ref, target, label_smoothing=smoothing, reduction="none")
-    dloss = torch.rand(rows, generator=gen)
     loss.backward(dloss.double())
     lse = torch.logsumexp(ref.detach(), 1)
     worker, kw = ctx.untrusted(), dict(interpret=ctx.device != "cuda", device=ctx.device)
@@ -104,7 +87,7 @@ def cross_entropy_trial(ctx, rows, vocab, *, smoothing, part: str, dtype="fp32",
         return
     dx = worker.call(PROBE + "run", "cross_entropy_bwd", [x, target, lse.float(), dloss, smoothing, -100, block_v],
                      **kw)
-    assert_close(dx, ref.grad, rtol=grad_tol or 4 * TOLERANCE[_dtype(dtype)], what=f"{what}: dlogits")
+    assert_close(dx, ref.grad, rtol=grad_tol or 4 * TOLERANCE[dtype_of(dtype)], what=f"{what}: dlogits")
 
 
 def _start(ctx):
