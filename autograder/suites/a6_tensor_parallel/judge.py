@@ -88,7 +88,14 @@ def _run(ctx, jobs: list[dict], layouts: list) -> tuple[Exception | None, list, 
 
 
 def _judge_grids(name: str, layouts: list, grids: list) -> None:
+    """Each layout's coords and groups (the probe's `grid`); one that raised fails as it raised."""
     for layout, got in zip(layouts, grids):
+        error = got.get("error")
+        if isinstance(error, list) and len(error) == 2:
+            kind, message = error
+            known = {"NotImplementedError": NotImplementedError, "AssertionError": AssertionError,
+                     "Flagged": checks.Flagged}
+            raise (known[kind] if kind in known else checks.StudentCrash)(f"{grid_at(layout)}: {kind}: {message}")
         try:
             (judge_grid if name == C_MESH_GRID else judge_nodes)(layout, got)
         except (KeyError, TypeError, IndexError, ValueError) as exc:

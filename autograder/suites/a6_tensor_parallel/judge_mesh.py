@@ -16,8 +16,6 @@ def judge_grid(layout, got) -> None:
     groups partition the ranks into groups of the degree, sharing the other coordinates, in the order of
     their coordinate on the axis (a rank's position in its group is its coordinate)."""
     at, degrees, n = grid_at(layout), dict(zip(AXES, layout)), layout[0] * layout[1] * layout[2]
-    if "error" in got:
-        raise AssertionError(f"{at}: raised {got['error'][0]}: {got['error'][1]}")
     coords = [tuple(c) for c in got["coords"]]
     for r, c in enumerate(coords):
         if any(not 0 <= v < d for v, d in zip(c, layout)):
@@ -51,17 +49,20 @@ def judge_nodes(layout, got) -> None:
 
 
 def judge_mesh(job, out, ref, r, check):
-    """One rank's Mesh after the student's build, against the student's own grid for the layout
-    (judged valid by `judge_grid` first) and what a sum over each group reached."""
+    """One rank's Mesh after the student's build, against the student's own coords and groups for the
+    layout (whatever their layout; `rank_of` is the grid check's) and what a sum over each group reached."""
     layout, got = tuple(job["layout"]), ref.get("grid")
     at = f"{grid_at(layout)}, build on rank {r}"
     if got is None:
         raise AssertionError(f"{at}: the grid's coords and groups did not come back")
-    judge_grid(layout, got)
+    if "error" in got:
+        raise AssertionError(f"{at}: the grid raised {got['error'][0]}: {got['error'][1]}")
     if tuple(out["coords"]) != tuple(got["coords"][r]):
         raise AssertionError(f"{at}: Mesh.coords {tuple(out['coords'])}, but coords({r}) = {tuple(got['coords'][r])}")
     for k, axis in enumerate(AXES):
-        mine = next(g for g in got["groups"][axis] if r in g)
+        mine = next((g for g in got["groups"][axis] if r in g), None)
+        if mine is None:
+            raise AssertionError(f"{at}: groups('{axis}') puts rank {r} in no group")
         if out["ranks"][axis] != mine:
             raise AssertionError(f"{at}: mesh.{axis}_ranks {out['ranks'][axis]}, but groups('{axis}') puts rank {r} "
                                  f"in {mine}")
