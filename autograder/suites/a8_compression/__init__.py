@@ -34,7 +34,7 @@ layer-wise step are evidence: each is granted only when its step's values passed
 
 from autograder.manifest import Check, Group, Manifest, Task
 
-from .names import (COLLECTIVES, C_LB_LAYER, C_LB_STEP, C_LB_TRUST, C_OB_BIAS, C_OB_CODEC, C_OB_STEP, C_OB_WIRE,
+from .names import (COLLECTIVES, C_LB_LAYER, C_LB_STEP, C_LB_TRUST, C_OB_BIAS, C_OB_CODEC, C_OB_MEM, C_OB_STEP, C_OB_WIRE,
                     C_PS_BIAS, C_PS_EF, C_PS_MEM, C_PS_STEP, C_PS_WIRE, LB, NO_TRICKS, OB, PS, SRC)
 from .planted import PLANTED
 
@@ -57,7 +57,8 @@ MANIFEST = Manifest(
             Check("8.1", C_PS_WIRE, 2, needs=(C_PS_STEP,)),
         )),
         Group("onebit", "autograder.suites.a8_compression.judge_onebit:group_onebit", timeout_s=120, trusted=True, checks=(
-            Check("8.2", C_OB_CODEC, 3), Check("8.2", C_OB_STEP, 3), Check("8.2", C_OB_BIAS, 2, needs=(C_OB_STEP,)),
+            Check("8.2", C_OB_CODEC, 3), Check("8.2", C_OB_STEP, 2), Check("8.2", C_OB_MEM, 1),
+            Check("8.2", C_OB_BIAS, 2, needs=(C_OB_STEP,)),
             Check("8.2", C_OB_WIRE, 2, needs=(C_OB_STEP,)),
         )),
         Group("lamb", "autograder.suites.a8_compression.judge_lamb:group_lamb", timeout_s=60, trusted=True, checks=(

@@ -11,7 +11,7 @@ from autograder.suites import paired
 
 from .inputs import _codec_cases, _drift_grads, _ob_case
 from .judge import _bias, _check_bias, _close, _run, _steps, _unmodified
-from .names import C_OB_BIAS, C_OB_CODEC, C_OB_STEP, C_OB_WIRE, P, PROBE
+from .names import C_OB_BIAS, C_OB_CODEC, C_OB_MEM, C_OB_STEP, C_OB_WIRE, P, PROBE
 
 
 def _onebit_reference(x, chunk: int | None):
@@ -29,6 +29,26 @@ def _onebit_reference(x, chunk: int | None):
 def _onebit_bytes(n: int, chunk: int | None) -> int:
     k = 1 if not chunk else max(1, math.ceil(n / chunk))
     return (P - 1) * 4 * (math.ceil(n / 32) + k)
+
+
+def _walk(stepped: list[dict], answers: list):
+    """Per case, step and rank: (where, the rank's answer, its x = g + e in float32 from its own
+    previous memory, its C(x), every rank's C(x)); a missing memory is replaced by the reference's,
+    so the output of each step is judged on its own."""
+    import torch
+
+    for case, per_rank in zip(stepped, answers, strict=True):
+        label = f"OneBitEF(chunk_numel={case['chunk_numel']}) on {case['steps'][0]['shapes'][0][0]} elements"
+        steps = _steps(per_rank, case, label)
+        _unmodified(steps, label)
+        previous = [torch.zeros_like(g) for g in case["steps"][0]["grads"]]
+        for t, step in enumerate(case["steps"]):
+            xs = [g + e for g, e in zip(step["grads"], previous)]  # float32: the student's own addition
+            cs = [_onebit_reference(x, case["chunk_numel"])[1] for x in xs]
+            for rank in range(P):
+                yield f"{label}, step {t}, rank {rank}", steps[rank][t], xs[rank], cs[rank], cs
+            previous = [(s[t]["error"] if s[t]["error"] is not None else x.double() - c).float()
+                        for s, x, c in zip(steps, xs, cs)]
 
 
 def _onebit_simulation(case: dict, error_feedback: bool) -> list:
@@ -74,22 +94,13 @@ def group_onebit(ctx):
     bias = _ob_case(n_bias, None, 30, seed + 21, grads=drift)
     answers = _run(ctx, stepped + [bias])
     with ctx.check(C_OB_STEP):
-        for case, per_rank in zip(stepped, answers[:-1], strict=True):
-            label = f"OneBitEF(chunk_numel={case['chunk_numel']}) on {case['steps'][0]['shapes'][0][0]} elements"
-            steps = _steps(per_rank, case, label)
-            _unmodified(steps, label)
-            previous = [torch.zeros_like(g) for g in case["steps"][0]["grads"]]
-            for t, step in enumerate(case["steps"]):
-                xs = [g + e for g, e in zip(step["grads"], previous)]  # float32: the student's own addition
-                cs = [_onebit_reference(x, case["chunk_numel"])[1] for x in xs]
-                for rank in range(P):
-                    got, where = steps[rank][t], f"{label}, step {t}, rank {rank}"
-                    _close(got["out"], sum(cs) / P, what=f"{where}: the output (mean of the ranks' C(g + e))", rtol=1e-5)
-                    if got["error"] is None:
-                        raise AssertionError(f"{where}: no error memory kept in errors[{step['index']}]")
-                    _close(got["error"], xs[rank].double() - cs[rank], what=f"{where}: the error memory e = x − C(x)",
-                           rtol=1e-5)
-                previous = [steps[rank][t]["error"].float() for rank in range(P)]
+        for where, got, _, _, cs in _walk(stepped, answers[:-1]):
+            _close(got["out"], sum(cs) / P, what=f"{where}: the output (mean of the ranks' C(g + e))", rtol=1e-5)
+    with ctx.check(C_OB_MEM):
+        for where, got, x, c, _ in _walk(stepped, answers[:-1]):
+            if got["error"] is None:
+                raise AssertionError(f"{where}: no error memory kept")
+            _close(got["error"], x.double() - c, what=f"{where}: the error memory e = x − C(x)", rtol=1e-5)
     with ctx.check(C_OB_BIAS):
         label = f"OneBitEF on {n_bias} elements, a gradient with a fixed part"
         steps = _steps(answers[-1], bias, label)

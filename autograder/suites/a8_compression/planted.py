@@ -7,7 +7,7 @@ import textwrap
 from autograder.attacks import IMPORTER, report_forger
 from autograder.manifest import REPO, Planted
 
-from .names import (C_LB_LAYER, C_LB_STEP, C_LB_TRUST, C_OB_BIAS, C_OB_CODEC, C_OB_STEP, C_OB_WIRE, C_PS_BIAS, C_PS_EF,
+from .names import (C_LB_LAYER, C_LB_STEP, C_LB_TRUST, C_OB_BIAS, C_OB_CODEC, C_OB_MEM, C_OB_STEP, C_OB_WIRE, C_PS_BIAS, C_PS_EF,
                     C_PS_MEM, C_PS_STEP, C_PS_WIRE, LB, LB_CHECKS, OB, P, PS, PS_CHECKS, SRC)
 
 
@@ -108,7 +108,8 @@ Planted("1-bit without its error buffer", OB,
           "            pass\n"),
          ("            self.errors[index] = x - self.decompress(words, scales, n)\n", "            pass\n")),
         groups=("onebit",),
-        expect={C_OB_BIAS: "failed", C_OB_STEP: "failed", C_OB_CODEC: "passed", C_OB_WIRE: "failed"}),
+        expect={C_OB_BIAS: "failed", C_OB_STEP: "failed", C_OB_MEM: "failed", C_OB_CODEC: "passed",
+                C_OB_WIRE: "failed"}),
 # issue 27: the last, shorter chunk (the public test's 5 elements in chunks of 3)
 Planted("1-bit: the last, shorter chunk's mean divided by the full chunk size", OB,
         ("        counts[-1] = n - c * (k - 1)\n", ""), groups=("onebit",),
