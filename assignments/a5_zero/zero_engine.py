@@ -63,7 +63,7 @@ def shard_of(full: torch.Tensor, dp_rank: int, dp_world_size: int) -> torch.Tens
     full: 1-D, N·m elements (already padded to a multiple of N = dp_world_size).
     Returns elements [r·m, (r+1)·m) with r = dp_rank, sharing memory with `full`, so that an
     optimizer updating the shard updates the buffer (and the model parameters viewing it).
-    Hint: `Tensor.narrow` or slicing return views.
+    Graded: the values, and that the result shares `full`'s storage at element r·m.
     """
     if full.dim() != 1 or full.numel() % dp_world_size:
         raise ValueError(f"shard_of: expected a 1-D buffer padded to a multiple of {dp_world_size}, "
@@ -78,10 +78,10 @@ def unshard(full: torch.Tensor, local: torch.Tensor, group: Any = None) -> torch
            rank i's `local`.
     local: this rank's m elements: either `full`'s own chunk (stages 1-2, `shard_of`'s view:
            nothing to copy) or a separate tensor (stage 3: copy it into your chunk first).
-    Sends N-1 messages of m·itemsize bytes (a ring all-gather). Use the a2 ring: either
-    `ring_all_gather(local, full.numel(), group)` and copy its result into `full`, or, without
-    that extra copy, `ring_all_gather_chunks(list(full.split(m)), ring_of(group))`.
-    Never call torch.distributed's own collectives here.
+    Graded: `full` on every rank (N = 1, 2; fewer elements than ranks) and the bytes each call
+    hands to `isend`: N-1 messages of m·itemsize, a ring all-gather (your a2 ring, `scaletrain.comm`;
+    torch.distributed's own collectives are forbidden). Pitfall: when `local` already is your
+    chunk of `full`, a copy into it is a copy onto itself.
     """
     ring = ring_of(group)
     if full.dim() != 1 or local.numel() * ring.world_size != full.numel():
@@ -264,37 +264,43 @@ class ZeRO(torch.optim.Optimizer):
         self.optimizer.step()
 
     def _step_stage1(self) -> None:
-        """Task 5.2. For every unit: average `unit.sync_flat_grad()` (N·m elements) over the ranks
-        with a ring reduce-scatter, keeping this rank's m elements as `unit.shard.grad`; then
-        `self.optimizer.step()`; then drop the shard gradients (set to None: they are only needed
-        for the step) and all-gather the updated shards into `unit.full` with `unshard`.
-        Average, don't sum: each rank's gradient is the mean over its own micro-batch.
+        """Task 5.2 (ZeRO §5.1, P_os). Contract: after it, every rank's parameters equal one
+        process's step on the mean of the ranks' gradients (`unit.sync_flat_grad()` is this
+        rank's, N·m elements per unit); the wrapped optimizer (`self.optimizer`) steps only this
+        rank's shards (`unit.shard`), so it holds state for 1/N of the parameters; no gradient of a
+        shard outlives the step; per step the rank sends 2Ψ'(N-1)/N elements, what an allreduce
+        sends (`_step_stage0` above is the plain version). Graded: equality with one process
+        (Adam and SGD with momentum), the bytes held after the step, the bytes sent. Pitfall: each
+        rank's gradient is already the mean over its own micro-batch.
         """
         raise NotImplementedError('a5 task 5.2: implement `_step_stage1` (see assignments/a5_zero/README.md)')
 
     # -------------------------------------------------------------- stage 2: gradients
 
     def _grad_ready(self, unit: FlatUnit) -> None:
-        """Task 5.3. Called (through a hook) each time autograd has accumulated one parameter's
-        gradient into `p.grad`. Count it off `unit.pending`; when the unit's last gradient has
-        arrived, reduce-scatter the unit with `_reduce_scatter_unit`. Stage 3 (`self.coordinator`
-        is not None) then also frees the unit's gathered parameters: its backward is over.
+        """Task 5.3. Called (through a hook) each time autograd has accumulated one of `unit`'s
+        gradients into `p.grad` (`unit.pending` counts the unit's parameters, reset after each
+        backward). Contract: a unit is reduce-scattered (`_reduce_scatter_unit`) as soon as, and
+        only once, all its gradients are in, during backward (the grader samples the memory after
+        every gradient hook); at stage 3 (`self.coordinator` is not None) the unit's gathered
+        parameters are then freed, its backward being over.
         """
         raise NotImplementedError('a5 task 5.3: implement `_grad_ready` (see assignments/a5_zero/README.md)')
 
     def _reduce_scatter_unit(self, unit: FlatUnit) -> None:
-        """Task 5.3. Average the unit's gradients over the ranks, keep this rank's shard, free the rest.
+        """Task 5.3 (ZeRO §5.2, P_os+g). Average the unit's gradients over the ranks, keep this rank's shard.
 
-        `unit.flatten_grads()` gives a new (N·m,) buffer of the `p.grad`s; ring-reduce-scatter it
-        with op="avg"; add the m-element result to `unit.shard.grad` (or set it when None: like
-        `.grad`, it accumulates over backward passes until `zero_grad`); then set every `p.grad`
-        of the unit to None, so the full gradients (4Ψ bytes) never outlive their bucket.
+        Contract: `unit.shard.grad` holds this rank's m elements of the mean gradient, and it
+        accumulates over backward passes until `zero_grad`, as `.grad` does; after it, the unit's
+        full gradients (`p.grad`, 4 bytes per parameter) hold no memory; `unit.flatten_grads()`
+        gives them as one (N·m,) buffer. Graded: equality with one process, the bytes held (no
+        full gradient survives its bucket) and sent.
         """
         raise NotImplementedError('a5 task 5.3: implement `_reduce_scatter_unit` (see assignments/a5_zero/README.md)')
 
     def _step_stage2(self) -> None:
-        """Task 5.3. The gradients were reduce-scattered during backward: update this rank's
-        shard, then all-gather the shards into the parameters (as in stage 1)."""
+        """Task 5.3. The gradients were reduce-scattered during backward. Contract: as stage 1's
+        step, every rank ends with the parameters one process would have."""
         raise NotImplementedError('a5 task 5.3: implement `_step_stage2` (see assignments/a5_zero/README.md)')
 
     def _step_stage3(self) -> None:
