@@ -29,7 +29,7 @@ is also trapped at run time by the probe).
 
 from autograder.manifest import Check, Group, Manifest, Task
 
-from .names import (CF, C_CK_MEM, C_CK_PLAIN, C_CK_RNG, C_DP_FIT, C_DP_NONE, C_DP_OPT, C_ODD, C_SCALE, C_SKIP,
+from .names import (CF, C_CK_HELD, C_CK_ONCE, C_CK_PLAIN, C_CK_RNG, C_DP_FIT, C_DP_NONE, C_DP_OPT, C_ODD, C_SCALE, C_SKIP,
                     LS, NO_TRICKS, RP, SRC)
 from .planted import PLANTED
 
@@ -52,7 +52,8 @@ MANIFEST = Manifest(
         )),
         Group("checkpoint", "autograder.suites.a7_memory.judge_checkpoint:group_checkpoint", timeout_s=90, trusted=True, checks=(
             Check("7.2", C_CK_PLAIN, 3), Check("7.2", C_CK_RNG, 4),
-            Check("7.2", C_CK_MEM, 3, needs=(C_CK_PLAIN, C_CK_RNG)),
+            Check("7.2", C_CK_HELD, 2, needs=(C_CK_PLAIN, C_CK_RNG)),
+            Check("7.2", C_CK_ONCE, 1, needs=(C_CK_PLAIN, C_CK_RNG)),
         )),
         Group("planner", "autograder.suites.a7_memory.judge_planner:group_planner", timeout_s=120, trusted=True, checks=(
             Check("7.3", C_DP_FIT, 4), Check("7.3", C_DP_OPT, 5), Check("7.3", C_DP_NONE, 3),

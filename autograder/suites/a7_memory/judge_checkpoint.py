@@ -10,7 +10,7 @@ from autograder.suites import paired
 
 from .inputs import PUBLIC_BLOCK, _block_specs, _inputs
 from .judge_scaler import start_worker
-from .names import C_CK_MEM, C_CK_PLAIN, C_CK_RNG, PROBE
+from .names import C_CK_HELD, C_CK_ONCE, C_CK_PLAIN, C_CK_RNG, PROBE
 
 
 def _reference_checkpoint(spec: dict, inputs, seed: int) -> dict:
@@ -72,15 +72,17 @@ def group_checkpoint(ctx):
         for label, got, want in _checkpoint_cases(ctx, salt=5, dropout=True):
             runs.append((label, got, want))
             _verify_values(label, got, want)
-    with ctx.check(C_CK_MEM):
-        if not runs:   # the dropout check stopped early: the memory check gets its own runs
-            runs = list(_checkpoint_cases(ctx, salt=5, dropout=True))
+    with ctx.check(C_CK_HELD):
+        runs = runs or list(_checkpoint_cases(ctx, salt=5, dropout=True))  # the dropout check stopped early
         for label, got, want in runs:
             held = got["held_after_forward"]
             assert held["count"] == 0, (
                 f"{label}: after the forward, {held['count']} storage(s) the block made are still alive (op, bytes: "
                 f"{[tuple(h) for h in held['first']]}...): the block's own activations must not be kept, "
                 "only its inputs")
+    with ctx.check(C_CK_ONCE):
+        runs = runs or list(_checkpoint_cases(ctx, salt=5, dropout=True))
+        for label, got, want in runs:
             assert got["calls"] == [1, 1] and got["grad_enabled"] == [False, True], (
                 f"{label}: the block ran {got['calls'][0]} time(s) in forward and {got['calls'][1]} in backward, with "
                 f"grad enabled {got['grad_enabled']}; expected once without grad, then once with grad in backward")

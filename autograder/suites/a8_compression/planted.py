@@ -75,73 +75,73 @@ def _attacks() -> tuple[Planted, ...]:
 
 
 PLANTED = (
-Planted("PowerSGD without error feedback", PS,
-        (("            if index in self.errors:\n                x.add_(self.errors[index])\n",
-          "            pass\n"),
-         ("            self.errors[index] = x - out\n", "            pass\n")),
-        groups=("powersgd",),
-        expect={C_PS_BIAS: "failed", C_PS_EF: "failed", C_PS_MEM: "failed", C_PS_STEP: "passed",
-                C_PS_WIRE: "passed"}),
-# the design decisions: other orthogonalizations and another memory earn every point
-Planted("PowerSGD orthogonalizes with torch.linalg.qr and keeps each rank's local residual", PS,
-        (("    r = matrix.shape[1]\n    for i in range(r):\n",
-          "    q, _ = torch.linalg.qr(matrix)\n    return matrix.copy_(q)\n    for i in range(r):\n"),
-         ("            self.errors[index] = x - out\n", _LOCAL_RESIDUAL)),
-        groups=("powersgd",), expect={c: "passed" for c in PS_CHECKS}),
-Planted("PowerSGD's memory keeps only the compressed matrices' loss (a small slip)", PS,
-        ("            self.errors[index] = x - out\n",
-         "            self.errors[index] = x - out\n"
-         "            for k, M, r in compress:\n"
-         "                self.errors[index][offsets[k]:offsets[k] + M.numel()] *= 0.5\n"),
-        groups=("powersgd",), expect={C_PS_STEP: "passed", C_PS_WIRE: "passed", C_PS_MEM: "failed"}),
-Planted("PowerSGD: P not re-orthogonalized each step (Q ← MᵀP on the raw P)", PS,
-        ("                p_hats.append(orthogonalize(p_flat[pos:pos + n * r].view(n, r), self.eps))\n",
-         "                p_hats.append(p_flat[pos:pos + n * r].view(n, r))\n"),
-        groups=("powersgd",), expect={C_PS_STEP: "failed", C_PS_EF: "failed", C_PS_WIRE: "failed"}),
-Planted("imports torch's PowerSGD hook", PS,
-        ("import torch.distributed as dist\n",
-         "import torch.distributed as dist\n"
-         "from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import powerSGD_hook\n"),
-        groups=("powersgd",), expect={c: "flagged" for c in PS_CHECKS}),
-Planted("1-bit without its error buffer", OB,
-        (("            if index in self.errors:\n                x.add_(self.errors[index])\n",
-          "            pass\n"),
-         ("            self.errors[index] = x - self.decompress(words, scales, n)\n", "            pass\n")),
-        groups=("onebit",),
-        expect={C_OB_BIAS: "failed", C_OB_STEP: "failed", C_OB_MEM: "failed", C_OB_CODEC: "passed",
-                C_OB_WIRE: "failed"}),
-# issue 27: the last, shorter chunk (the public test's 5 elements in chunks of 3)
-Planted("1-bit: the last, shorter chunk's mean divided by the full chunk size", OB,
-        ("        counts[-1] = n - c * (k - 1)\n", ""), groups=("onebit",),
-        expect={C_OB_CODEC: "failed", C_OB_STEP: "failed", C_OB_WIRE: "failed"}),
-# issue 28: no compression at all, the wire evidence faked: zero messages of the right sizes
-# beside the exact mean taken through a collective the byte counter does not see
-Planted("PowerSGD: exact mean through torch's all_reduce (looked up at run time), zero P and Q messages",
-        PS, ("            p_flat = torch.cat([(M @ q).reshape(-1) for (_, M, _), q in zip(compress, qs)])\n",
-             _EXACT_MEAN_PS + "            p_flat = torch.cat([(M @ q).reshape(-1) "
-             "for (_, M, _), q in zip(compress, qs)])\n"),
-        groups=("powersgd",), expect={C_PS_STEP: "flagged", C_PS_WIRE: "flagged"}),
-Planted("1-bit: exact mean through torch's all_reduce (saved at import), zero messages of the right size", OB,
-        (("from scaletrain.comm import ring_all_gather\n",
-          "from scaletrain.comm import ring_all_gather\n\n"
-          "_UNSEEN = {'sum': getattr(dist, 'all_' + 'reduce')}\n"),
-         ("        message = torch.cat([words, scales.view(torch.int32)])\n", _EXACT_MEAN_OB)),
-        groups=("onebit",),
-        expect={C_OB_CODEC: "passed", C_OB_STEP: "failed", C_OB_WIRE: "failed", C_OB_BIAS: "failed"}),
-Planted("LAMB is Adam: the trust ratio is recorded but not applied", LB,
-        (_LB_UPDATE, '                x.sub_(u * group["lr"])\n'), groups=("lamb",),
-        expect={C_LB_TRUST: "passed", C_LB_STEP: "failed", C_LB_LAYER: "failed"}),
-*_attacks(),
-# issue 28: every loop over the worker's answer checked nothing (task 8.3 in full for a stub)
-Planted("LAMB empties the caller's parameter list; its step is the stub", LB,
-        (("                                      bias_correction=bias_correction, max_trust=max_trust))\n",
-          "                                      bias_correction=bias_correction, max_trust=max_trust))\n"
-          "        if isinstance(params, list):\n            params.clear()  # every loop over it is empty\n"),
-         (_LB_FIRST, "                raise NotImplementedError('a8 task 8.3')\n" + _LB_FIRST)),
-        groups=("lamb",), expect={c: "failed" for c in LB_CHECKS}),
-Planted("infinite loop in LAMB's step", LB, (_LB_FIRST, "                while True:\n"
-                                             "                    pass\n" + _LB_FIRST),
-        groups=("lamb",), timeout_s=10, expect={c: "timeout" for c in LB_CHECKS}),
-Planted("the process exits in LAMB's step", LB, (_LB_FIRST, "                import os; os._exit(3)\n"),
-        groups=("lamb",), expect={c: "error" for c in LB_CHECKS}),
+    Planted("PowerSGD without error feedback", PS,
+            (("            if index in self.errors:\n                x.add_(self.errors[index])\n",
+              "            pass\n"),
+             ("            self.errors[index] = x - out\n", "            pass\n")),
+            groups=("powersgd",),
+            expect={C_PS_BIAS: "failed", C_PS_EF: "failed", C_PS_MEM: "failed", C_PS_STEP: "passed",
+                    C_PS_WIRE: "passed"}),
+    # the design decisions: other orthogonalizations and another memory earn every point
+    Planted("PowerSGD orthogonalizes with torch.linalg.qr and keeps each rank's local residual", PS,
+            (("    r = matrix.shape[1]\n    for i in range(r):\n",
+              "    q, _ = torch.linalg.qr(matrix)\n    return matrix.copy_(q)\n    for i in range(r):\n"),
+             ("            self.errors[index] = x - out\n", _LOCAL_RESIDUAL)),
+            groups=("powersgd",), expect={c: "passed" for c in PS_CHECKS}),
+    Planted("PowerSGD's memory keeps only the compressed matrices' loss (a small slip)", PS,
+            ("            self.errors[index] = x - out\n",
+             "            self.errors[index] = x - out\n"
+             "            for k, M, r in compress:\n"
+             "                self.errors[index][offsets[k]:offsets[k] + M.numel()] *= 0.5\n"),
+            groups=("powersgd",), expect={C_PS_STEP: "passed", C_PS_WIRE: "passed", C_PS_MEM: "failed"}),
+    Planted("PowerSGD: P not re-orthogonalized each step (Q ← MᵀP on the raw P)", PS,
+            ("                p_hats.append(orthogonalize(p_flat[pos:pos + n * r].view(n, r), self.eps))\n",
+             "                p_hats.append(p_flat[pos:pos + n * r].view(n, r))\n"),
+            groups=("powersgd",), expect={C_PS_STEP: "failed", C_PS_EF: "failed", C_PS_WIRE: "failed"}),
+    Planted("imports torch's PowerSGD hook", PS,
+            ("import torch.distributed as dist\n",
+             "import torch.distributed as dist\n"
+             "from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import powerSGD_hook\n"),
+            groups=("powersgd",), expect={c: "flagged" for c in PS_CHECKS}),
+    Planted("1-bit without its error buffer", OB,
+            (("            if index in self.errors:\n                x.add_(self.errors[index])\n",
+              "            pass\n"),
+             ("            self.errors[index] = x - self.decompress(words, scales, n)\n", "            pass\n")),
+            groups=("onebit",),
+            expect={C_OB_BIAS: "failed", C_OB_STEP: "failed", C_OB_MEM: "failed", C_OB_CODEC: "passed",
+                    C_OB_WIRE: "failed"}),
+    # issue 27: the last, shorter chunk (the public test's 5 elements in chunks of 3)
+    Planted("1-bit: the last, shorter chunk's mean divided by the full chunk size", OB,
+            ("        counts[-1] = n - c * (k - 1)\n", ""), groups=("onebit",),
+            expect={C_OB_CODEC: "failed", C_OB_STEP: "failed", C_OB_WIRE: "failed"}),
+    # issue 28: no compression at all, the wire evidence faked: zero messages of the right sizes
+    # beside the exact mean taken through a collective the byte counter does not see
+    Planted("PowerSGD: exact mean through torch's all_reduce (looked up at run time), zero P and Q messages",
+            PS, ("            p_flat = torch.cat([(M @ q).reshape(-1) for (_, M, _), q in zip(compress, qs)])\n",
+                 _EXACT_MEAN_PS + "            p_flat = torch.cat([(M @ q).reshape(-1) "
+                 "for (_, M, _), q in zip(compress, qs)])\n"),
+            groups=("powersgd",), expect={C_PS_STEP: "flagged", C_PS_WIRE: "flagged"}),
+    Planted("1-bit: exact mean through torch's all_reduce (saved at import), zero messages of the right size", OB,
+            (("from scaletrain.comm import ring_all_gather\n",
+              "from scaletrain.comm import ring_all_gather\n\n"
+              "_UNSEEN = {'sum': getattr(dist, 'all_' + 'reduce')}\n"),
+             ("        message = torch.cat([words, scales.view(torch.int32)])\n", _EXACT_MEAN_OB)),
+            groups=("onebit",),
+            expect={C_OB_CODEC: "passed", C_OB_STEP: "failed", C_OB_WIRE: "failed", C_OB_BIAS: "failed"}),
+    Planted("LAMB is Adam: the trust ratio is recorded but not applied", LB,
+            (_LB_UPDATE, '                x.sub_(u * group["lr"])\n'), groups=("lamb",),
+            expect={C_LB_TRUST: "passed", C_LB_STEP: "failed", C_LB_LAYER: "failed"}),
+    *_attacks(),
+    # issue 28: every loop over the worker's answer checked nothing (task 8.3 in full for a stub)
+    Planted("LAMB empties the caller's parameter list; its step is the stub", LB,
+            (("                                      bias_correction=bias_correction, max_trust=max_trust))\n",
+              "                                      bias_correction=bias_correction, max_trust=max_trust))\n"
+              "        if isinstance(params, list):\n            params.clear()  # every loop over it is empty\n"),
+             (_LB_FIRST, "                raise NotImplementedError('a8 task 8.3')\n" + _LB_FIRST)),
+            groups=("lamb",), expect={c: "failed" for c in LB_CHECKS}),
+    Planted("infinite loop in LAMB's step", LB, (_LB_FIRST, "                while True:\n"
+                                                 "                    pass\n" + _LB_FIRST),
+            groups=("lamb",), timeout_s=10, expect={c: "timeout" for c in LB_CHECKS}),
+    Planted("the process exits in LAMB's step", LB, (_LB_FIRST, "                import os; os._exit(3)\n"),
+            groups=("lamb",), expect={c: "error" for c in LB_CHECKS}),
 )
