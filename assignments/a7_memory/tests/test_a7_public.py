@@ -38,8 +38,12 @@ def test_task7_1_scale_follows_grad_scaler():
                           f"{step} ({'overflow' if bad else 'clean'}), against torch's GradScaler")
 
 
-@pytest.mark.task7_2
-def test_task7_2_checkpoint_equals_plain_backward_with_dropout():
+WHERE = "task 7.2, checkpoint(Block(h 12, 3 heads, dropout 0.3), x of (2, 7, 12))"
+
+
+def _checkpoint_and_plain():
+    """(checkpointed, plain): per run the output, parameter gradients, input gradient and the bytes
+    saved for backward after the forward, under the same seeds."""
     torch.manual_seed(0)
     block = Block(GPTConfig(n_embd=12, n_head=3, dropout=0.3)).train()
     x = torch.randn(2, 7, 12)
@@ -54,15 +58,28 @@ def test_task7_2_checkpoint_equals_plain_backward_with_dropout():
             out.pow(2).sum().backward()
         return out, [p.grad.clone() for p in block.parameters()], leaf.grad, held
 
-    out, grads, xgrad, held = run(lambda leaf: cf.checkpoint(block, leaf))
-    ref_out, ref_grads, ref_xgrad, _ = run(block)
-    where = "checkpoint(Block(h 12, 3 heads, dropout 0.3), x of (2, 7, 12))"
-    assert_close(out, ref_out, rtol=0, what=f"{where}: output against the block without checkpointing")
-    assert_close(xgrad, ref_xgrad, rtol=0, what=f"{where}: input gradient")
-    names = [name for name, _ in block.named_parameters()]
+    return run(lambda leaf: cf.checkpoint(block, leaf)), run(block), [n for n, _ in block.named_parameters()]
+
+
+def _values_agree(got, want, names):
+    (out, grads, xgrad, _), (ref_out, ref_grads, ref_xgrad, _) = got, want
+    assert_close(out, ref_out, rtol=0, what=f"{WHERE}: output against the block without checkpointing")
+    assert_close(xgrad, ref_xgrad, rtol=0, what=f"{WHERE}: input gradient")
     differ = [n for n, a, b in zip(names, grads, ref_grads) if not torch.equal(a, b)]
-    assert not differ, f"{where}: the gradients of {differ} differ: the dropout masks differ, restore the RNG state"
-    expect_equal(held, x.numel() * 4, what=f"{where}: bytes saved for backward after the forward (only the input)")
+    expect_equal(differ, [], what=f"{WHERE}: parameters whose gradients differ from plain backpropagation "
+                                  "(the dropout masks differ: restore the RNG state)")
+
+
+@pytest.mark.task7_2
+def test_task7_2_checkpoint_equals_plain_backward_with_dropout():
+    _values_agree(*_checkpoint_and_plain())
+
+
+@pytest.mark.task7_2
+def test_task7_2_checkpoint_keeps_only_its_input():
+    got, want, names = _checkpoint_and_plain()
+    _values_agree(got, want, names)  # as the grader: the memory counts only beside the right values
+    expect_equal(got[3], 2 * 7 * 12 * 4, what=f"{WHERE}: bytes saved for backward after the forward (only the input)")
 
 
 def _all_plans(s, t):
