@@ -24,8 +24,8 @@ FLOORS = {
     "scaletrain.dp": 2, "scaletrain.tp": 2, "scaletrain.offload": 2,
     # 3: ZeRO (on dp), gradient compression (on dp), activation checkpointing (on offload)
     "scaletrain.zero": 3, "scaletrain.compression": 3, "scaletrain.checkpointing": 3,
-    # 4: the rank grid, experts, the planner
-    "scaletrain.mesh": 4, "scaletrain.moe": 4, "scaletrain.plan": 4,
+    # 4: the rank grid, experts, the planner, profiling a step (on ops' traffic model; may compare checkpointing)
+    "scaletrain.mesh": 4, "scaletrain.moe": 4, "scaletrain.plan": 4, "scaletrain.profile": 4,
     # 5: the capstone, composing all of it
     "scaletrain.train": 5,
 }

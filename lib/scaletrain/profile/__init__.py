@@ -1,0 +1,28 @@
+"""Where the time of a training step goes (module 11): profile, categorise, price, place on a roofline.
+
+Seeds: training-speedup-lecture.md ("Model Profiling", "GPT-2 Profiling: Time", "Profiling Time of
+Elementary Operations": relative time of each operation of GPT-2 at s = 512, b = 8, h = 768; GeLU
+and the elementwise ops bound by memory), techniques-for-large-scale-training.md ("Graph
+Compilation": the automatic alternative to hand fusion).
+
+One idea per file, in the order a profile is read:
+
+    categories.py   which kind of work an op is (matmul, attention, normalization, ...)
+    cost.py         an op's FLOPs and bytes from its recorded shapes (module 1's traffic model)
+    roofline.py     the machine's peak FLOP/s and bandwidth, measured; min(peak, I·bw)
+    trace.py        N steps under torch.profiler, phases marked, one record per op; Chrome trace
+    tables.py       time by category and phase, each op on the roofline, MFU
+    plot.py         stacked bars by category, the roofline with each op as a point
+    variants.py     eager vs torch.compile vs checkpointed MLP: time and peak memory, paired
+    __main__.py     `python -m scaletrain.profile`: the tables, figures and trace of a GPT-2-like step
+"""
+
+from scaletrain.profile.categories import CATEGORIES, categorise
+from scaletrain.profile.cost import Cost, op_cost
+from scaletrain.profile.roofline import Machine, attainable, measure_machine
+from scaletrain.profile.tables import category_seconds, category_table, op_table, step_mfu
+from scaletrain.profile.trace import PHASES, OpRecord, StepProfile, profile_steps, training_step
+
+__all__ = ["CATEGORIES", "categorise", "Cost", "op_cost", "Machine", "attainable", "measure_machine",
+           "category_seconds", "category_table", "op_table", "step_mfu", "PHASES", "OpRecord", "StepProfile",
+           "profile_steps", "training_step"]

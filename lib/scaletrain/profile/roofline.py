@@ -1,0 +1,52 @@
+"""The roofline of the machine the step ran on, measured there (Williams, Waterman & Patterson 2009).
+
+An op of arithmetic intensity I = FLOPs / bytes can run no faster than
+    attainable(I) = min(peak FLOP/s, I · bandwidth)                                (roofline)
+The ridge I* = peak / bandwidth separates the memory-bound ops (I < I*: elementwise, LayerNorm,
+GeLU, "limited by memory access speed" in training-speedup-lecture.md) from the compute-bound ones
+(matmuls of large enough m, n, k).  Both roofs are measured on the same machine as the profile,
+not taken from a data sheet: peak = the FLOP rate of a large square matmul (2n³ FLOPs), bandwidth =
+a large copy (reads n and writes n elements).  Medians over repetitions (bench.time_fn).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from scaletrain import bench
+
+__all__ = ["Machine", "attainable", "measure_machine"]
+
+
+@dataclass(frozen=True)
+class Machine:
+    peak_flops: float   # FLOP/s of a large matmul in the profiled dtype
+    bandwidth: float    # bytes/s of a large copy
+    device: str
+
+    @property
+    def ridge(self) -> float:
+        """FLOPs per byte where the two roofs meet."""
+        return self.peak_flops / self.bandwidth
+
+
+def attainable(machine: Machine, intensity: float) -> float:
+    """The roofline: the best FLOP/s an op of `intensity` FLOPs/byte can reach on `machine`."""
+    return min(machine.peak_flops, intensity * machine.bandwidth)
+
+
+def measure_machine(device: str = "cpu", *, matmul_n: int | None = None, copy_mb: int | None = None,
+                    dtype: torch.dtype = torch.float32, reps: int = 5) -> Machine:
+    """Peak FLOP/s from an n×n matmul and bandwidth from a copy, both timed on `device`.
+    Defaults: n = 1024 and 64 MB on a CPU (seconds), n = 8192 and 1 GB on a GPU (past L2)."""
+    cuda = device.startswith("cuda")
+    n = matmul_n or (8192 if cuda else 1024)
+    mb = copy_mb or (1024 if cuda else 64)
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+    mm = bench.time_fn(lambda: torch.mm(a, b), warmup=2, reps=reps, device=device)
+    src = torch.empty(mb * 2**20 // (torch.finfo(dtype).bits // 8), device=device, dtype=dtype).uniform_()
+    dst = torch.empty_like(src)
+    cp = bench.time_fn(lambda: dst.copy_(src), warmup=2, reps=reps, device=device)
+    return Machine(peak_flops=2 * n**3 / mm.median, bandwidth=2 * src.nbytes / cp.median, device=device)

@@ -1,0 +1,92 @@
+"""The tables of a profiled step: time by category and phase, each op on the roofline, the MFU.
+
+  * by category (training-speedup-lecture.md, "GPT-2 Profiling: Time"): ms per step of matmul,
+    attention, normalization, activation, elementwise, optimizer, communication and other, for the
+    forward, the backward and the optimizer step, and the share of the step; a last row holds what
+    no op accounts for (Python and dispatch between ops: large for a tiny model on a CPU, small for
+    GPT-2 on a GPU, where the kernels are long).
+  * by op: each priced op (cost.py) grouped by phase, name and shapes: its FLOPs, bytes,
+    intensity, the FLOP/s it reached and the roofline's bound min(peak, I·bw) (roofline.py).
+  * MFU (PaLM, appendix B; `scaletrain.memory.mfu`): 6·N·tokens per step over the step time and the
+    measured peak; beside it the FLOPs the profile counted (attention's s² terms included).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from scaletrain import memory
+from scaletrain.profile.categories import CATEGORIES
+from scaletrain.profile.roofline import Machine, attainable
+from scaletrain.profile.trace import PHASES, StepProfile
+
+__all__ = ["category_seconds", "category_table", "op_table", "step_mfu", "UNACCOUNTED"]
+
+UNACCOUNTED = "between ops"
+
+
+def category_seconds(prof: StepProfile) -> dict[tuple[str, str], float]:
+    """(phase, category) -> seconds per step, the ops' inclusive times summed."""
+    out: dict[tuple[str, str], float] = defaultdict(float)
+    for op in prof.ops:
+        out[(op.phase, op.category)] += op.seconds / prof.steps
+    return dict(out)
+
+
+def category_table(prof: StepProfile) -> list[dict]:
+    """One row per category that took time, then the time between ops and the step's total."""
+    secs = category_seconds(prof)
+    phase_total = {p: prof.phase_seconds[p] / prof.steps for p in PHASES}
+    step = sum(phase_total.values())
+    rows = []
+    for cat in CATEGORIES:
+        per = {p: secs.get((p, cat), 0.0) for p in PHASES}
+        if sum(per.values()) > 0:
+            rows.append(_row(cat, per, step))
+    gap = {p: phase_total[p] - sum(secs.get((p, c), 0.0) for c in CATEGORIES) for p in PHASES}
+    rows.append(_row(UNACCOUNTED, gap, step))
+    rows.append(_row("step (profiled)", phase_total, step))
+    return rows
+
+
+def _row(name: str, per_phase: dict[str, float], step: float) -> dict:
+    total = sum(per_phase.values())
+    return {"category": name, **{f"{p} ms": per_phase[p] * 1e3 for p in PHASES}, "step ms": total * 1e3,
+            "% of step": 100 * total / step}
+
+
+def op_table(prof: StepProfile, machine: Machine) -> list[dict]:
+    """Priced ops grouped by (phase, name, shapes), the costliest first, each against the roofline."""
+    groups: dict[tuple, list] = defaultdict(list)
+    for k in prof.kernels:
+        groups[(k.phase, k.name, k.shapes)].append(k)
+    rows = []
+    for (phase, name, shapes), ks in groups.items():
+        secs = sum(k.seconds for k in ks) / prof.steps
+        flops = sum(k.cost.flops for k in ks) / prof.steps
+        nbytes = sum(k.cost.bytes for k in ks) / prof.steps
+        intensity = flops / nbytes
+        bound = attainable(machine, intensity)
+        reached = flops / secs if secs > 0 else float("inf")
+        rows.append({"phase": phase, "op": name.removeprefix("aten::"), "shapes": _shapes(shapes),
+                     "calls": len(ks) // prof.steps, "ms": secs * 1e3, "MFLOP": flops / 1e6, "MB": nbytes / 1e6,
+                     "FLOP/B": intensity, "GFLOP/s": reached / 1e9, "bound GFLOP/s": bound / 1e9,
+                     "% of bound": 100 * reached / bound,
+                     "limit": "memory" if intensity < machine.ridge else "compute"})
+    return sorted(rows, key=lambda r: -r["ms"])
+
+
+def _shapes(shapes: tuple) -> str:
+    return " ".join("x".join(map(str, s)) for s in shapes if s)
+
+
+def step_mfu(prof: StepProfile, machine: Machine, *, num_params: int, tokens: int) -> dict:
+    """MFU of the profiled step against the measured peak, and the profile's own FLOP count."""
+    step = sum(prof.phase_seconds.values()) / prof.steps
+    counted = sum(k.cost.flops for k in prof.kernels) / prof.steps
+    model = memory.training_flops(num_params=num_params, num_tokens=tokens)
+    return {"step ms": step * 1e3, "model GFLOP (6NT)": model / 1e9, "counted GFLOP": counted / 1e9,
+            "peak GFLOP/s": machine.peak_flops / 1e9, "GB/s": machine.bandwidth / 1e9,
+            "MFU %": 100 * memory.mfu(num_params=num_params, tokens_per_second=tokens / step,
+                                      peak_flops_per_second=machine.peak_flops),
+            "counted / peak %": 100 * counted / step / machine.peak_flops}

@@ -1,0 +1,152 @@
+"""Run N training steps under `torch.profiler` and turn its events into one record per operation.
+
+training-speedup-lecture.md, "Model Profiling": the goal is "the most costly operations in terms
+of time and memory", with the PyTorch profiler (Kineto) among the tools.  A step is marked in
+three phases with `record_function` (forward, backward, optimizer: zero_grad and step), and every
+profiler event is placed in the phase whose interval holds its start (intervals, not parents, so
+the autograd engine's own thread on a GPU lands in the backward too).
+
+Two views of the same events:
+  * `ops`: the outermost operations (an aten op or an autograd node with no operation above it),
+    each with its inclusive time, categorised (categories.py).  They tile the step without double
+    counting: an outer op's time already holds its inner ops'.  On a GPU an op's time is the device
+    time of the kernels it launched; on a CPU, its wall time on the calling thread.
+  * `kernels`: the ops cost.py can price (matmuls, attention, LayerNorm, softmax, elementwise), the
+    outermost priced op of each branch, with FLOPs and bytes from the recorded shapes: the roofline's
+    points.  A linear's backward shows as its two `aten::mm`, the dX and dW products.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+from scaletrain.profile.categories import categorise
+from scaletrain.profile.cost import Cost, op_cost
+
+__all__ = ["PHASES", "OpRecord", "StepProfile", "profile_steps", "training_step"]
+
+PHASES = ("forward", "backward", "optimizer")
+_MARK = "phase:"
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    name: str
+    phase: str
+    category: str
+    seconds: float            # summed over the profiled steps
+    cost: Cost | None = None  # kernels only
+    shapes: tuple = ()
+
+
+@dataclass
+class StepProfile:
+    """What `profile_steps` saw over `steps` steps (times are totals: divide by steps for one step)."""
+    ops: list[OpRecord]
+    kernels: list[OpRecord]
+    phase_seconds: dict[str, float]   # wall time inside each phase marker
+    steps: int
+    device: str
+    trace_path: Path | None = None
+    peak_memory: int | None = None    # bytes, the allocator's peak over the profiled steps (GPU)
+    extra: dict = field(default_factory=dict)
+
+
+def training_step(model: torch.nn.Module, batch: tuple, optimizer: torch.optim.Optimizer) -> Callable[[], None]:
+    """One step of `model(*batch) -> (logits, loss)` with its three phases marked for the profiler."""
+    def step():
+        with record_function(_MARK + "forward"):
+            loss = model(*batch)[1]
+        with record_function(_MARK + "backward"):
+            loss.backward()
+        with record_function(_MARK + "optimizer"):
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    return step
+
+
+def _is_op(event) -> bool:
+    return event.name.startswith("aten::") or "evaluate_function:" in event.name or "c10d::" in event.name or \
+        event.name.startswith(("nccl:", "gloo:"))
+
+
+def _phase_of(event, intervals) -> str | None:
+    start = event.time_range.start
+    return next((phase for phase, lo, hi in intervals if lo <= start <= hi), None)
+
+
+def _has_op_above(event) -> bool:
+    parent = event.cpu_parent
+    while parent is not None:
+        if _is_op(parent):
+            return True
+        parent = parent.cpu_parent
+    return False
+
+
+def _cost(event) -> Cost | None:
+    return op_cost(event.name, event.input_shapes or (), event.input_dtypes or (), event.concrete_inputs or ()) \
+        if event.name.startswith("aten::") else None
+
+
+def _priced_above(event) -> bool:
+    """An op above `event` is priced already (addmm's internal copy is part of addmm, not a point)."""
+    parent = event.cpu_parent
+    while parent is not None:
+        if _cost(parent) is not None:
+            return True
+        parent = parent.cpu_parent
+    return False
+
+
+def _records(events, cuda: bool):
+    marks = [e for e in events if e.name.startswith(_MARK)]
+    intervals = [(e.name[len(_MARK):], e.time_range.start, e.time_range.end) for e in marks]
+    phase_seconds = {p: 0.0 for p in PHASES}
+    for phase, lo, hi in intervals:
+        phase_seconds[phase] += (hi - lo) / 1e6
+    ops, kernels = [], []
+    for e in events:
+        if not _is_op(e) or (phase := _phase_of(e, intervals)) is None:
+            continue
+        if not _has_op_above(e):
+            category = "optimizer" if phase == "optimizer" and categorise(e.name) != "communication" \
+                else categorise(e.name)
+            us = e.device_time_total if cuda else e.cpu_time_total
+            ops.append(OpRecord(e.name, phase, category, us / 1e6, shapes=tuple(map(tuple, e.input_shapes or ()))))
+        if (cost := _cost(e)) is not None and not _priced_above(e):
+            us = e.device_time_total if cuda else e.cpu_time_total
+            kernels.append(OpRecord(e.name, phase, categorise(e.name), us / 1e6, cost,
+                                    tuple(map(tuple, e.input_shapes or ()))))
+    return ops, kernels, phase_seconds
+
+
+def profile_steps(step: Callable[[], None], *, steps: int = 3, warmup: int = 1, device: str = "cpu",
+                  trace_path: str | Path | None = None) -> StepProfile:
+    """Profile `steps` calls of `step` (after `warmup` unprofiled ones, the profiler's own start-up
+    included), recording shapes and memory; CUDA activity too when `device` is a GPU.  The Chrome
+    trace (chrome://tracing, ui.perfetto.dev) is written to `trace_path` when given."""
+    cuda = device.startswith("cuda")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    with profile(activities=activities, record_shapes=True, profile_memory=True,
+                 schedule=schedule(wait=0, warmup=warmup, active=steps, repeat=1), acc_events=True) as prof:
+        for _ in range(warmup + steps):
+            step()
+            if cuda:
+                torch.cuda.synchronize(device)
+            prof.step()
+    ops, kernels, phases = _records(prof.events(), cuda)
+    path = None
+    if trace_path is not None:
+        path = Path(trace_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(path))
+    peak = torch.cuda.max_memory_allocated(device) if cuda else None
+    return StepProfile(ops, kernels, phases, steps, device, path, peak)

@@ -1,0 +1,125 @@
+"""scaletrain.profile (module 11): the categoriser on known ops, FLOPs from recorded shapes against
+2mnk and against the model's own parameter count, the roofline's bound against its closed form, the
+categories tiling the profiled step, and the Chrome trace as valid JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn as nn
+
+from scaletrain.models import GPT, GPTConfig, make_batch
+from scaletrain.profile import (CATEGORIES, Machine, attainable, categorise, category_seconds, category_table,
+                                op_cost, op_table, profile_steps, training_step)
+from scaletrain.profile.tables import UNACCOUNTED
+
+CFG = GPTConfig(vocab_size=96, block_size=24, n_layer=2, n_head=3, n_embd=48)
+BATCH = 5
+
+
+@pytest.mark.parametrize("name,category", [
+    ("aten::mm", "matmul"), ("aten::addmm", "matmul"), ("aten::bmm", "matmul"), ("aten::linear", "matmul"),
+    ("autograd::engine::evaluate_function: AddmmBackward0", "matmul"), ("MmBackward0", "matmul"),
+    ("aten::_scaled_dot_product_flash_attention_for_cpu", "attention"),
+    ("autograd::engine::evaluate_function: ScaledDotProductFlashAttentionForCpuBackward0", "attention"),
+    ("aten::native_layer_norm", "normalization"), ("NativeLayerNormBackward0", "normalization"),
+    ("aten::_softmax", "normalization"), ("aten::gelu", "activation"), ("GeluBackward0", "activation"),
+    ("aten::threshold_backward", "activation"), ("aten::add", "elementwise"), ("aten::mul_", "elementwise"),
+    ("AddBackward0", "elementwise"), ("torch::autograd::AccumulateGrad", "elementwise"),
+    ("aten::_foreach_mul_", "optimizer"), ("c10d::allreduce_", "communication"), ("nccl:all_reduce", "communication"),
+    ("gloo:all_gather", "communication"), ("aten::embedding", "other"), ("aten::view", "other"),
+    ("aten::addmv_like_unknown", "other")])
+def test_the_categoriser_names_known_ops(name, category):
+    assert categorise(name) == category and category in CATEGORIES
+
+
+@pytest.mark.parametrize("m,k,n", [(37, 53, 29), (1, 7, 300)])
+def test_matmul_flops_from_shapes_are_2mnk(m, k, n):
+    assert op_cost("aten::mm", [[m, k], [k, n]]).flops == 2 * m * n * k
+    assert op_cost("aten::addmm", [[n], [m, k], [k, n]]).flops == 2 * m * n * k
+    assert op_cost("aten::bmm", [[3, m, k], [3, k, n]]).flops == 3 * 2 * m * n * k
+    # bytes: every operand read and the output written once, fp32 and bf16
+    assert op_cost("aten::mm", [[m, k], [k, n]], ["float", "float"]).bytes == 4 * (m * k + k * n + m * n)
+    assert op_cost("aten::mm", [[m, k], [k, n]], ["c10::BFloat16"] * 2).bytes == 2 * (m * k + k * n + m * n)
+
+
+class _Linear(nn.Module):
+    def __init__(self, k, n):
+        super().__init__()
+        self.fc = nn.Linear(k, n)
+
+    def forward(self, x, y):
+        out = self.fc(x)
+        return out, (out - y).pow(2).mean()
+
+
+def test_a_profiled_linear_costs_2mnk_forward_and_twice_that_backward():
+    m, k, n = 37, 53, 29
+    model = _Linear(k, n)
+    x = torch.randn(m, k, requires_grad=True)  # its gradient too: dX and dW, the two products of the backward
+    step = training_step(model, (x, torch.randn(m, n)), torch.optim.SGD(model.parameters(), lr=0.1))
+    prof = profile_steps(step, steps=2, warmup=1)
+    flops = {p: sum(k.cost.flops for k in prof.kernels if k.phase == p and categorise(k.name) == "matmul") / 2
+             for p in ("forward", "backward")}
+    assert flops["forward"] == 2 * m * n * k
+    assert flops["backward"] == 2 * flops["forward"]
+
+
+@pytest.fixture(scope="module")
+def gpt_profile(tmp_path_factory):
+    torch.manual_seed(0)
+    model = GPT(CFG, seed=0)
+    step = training_step(model, make_batch(CFG, BATCH, seed=1), torch.optim.AdamW(model.parameters(), lr=1e-3))
+    path = tmp_path_factory.mktemp("trace") / "step.json"
+    return model, profile_steps(step, steps=2, warmup=1, trace_path=path)
+
+
+def test_forward_matmul_flops_are_2_tokens_times_the_linear_weights(gpt_profile):
+    """Independent reference: every weight of a linear layer (lm_head tied to wte included) is one
+    multiply-add per token in the forward."""
+    model, prof = gpt_profile
+    weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
+    tokens = BATCH * CFG.block_size
+    counted = sum(k.cost.flops for k in prof.kernels if k.phase == "forward" and categorise(k.name) == "matmul")
+    assert counted / prof.steps == 2 * tokens * weights
+    backward = sum(k.cost.flops for k in prof.kernels if k.phase == "backward" and categorise(k.name) == "matmul")
+    # the first layer's qkv input is the embedding (needs its gradient), so every linear has dX and dW
+    assert backward == 2 * counted
+
+
+def test_the_categories_tile_the_profiled_step(gpt_profile):
+    _, prof = gpt_profile
+    rows = {r["category"]: r for r in category_table(prof)}
+    step = rows["step (profiled)"]
+    ops = sum(r["step ms"] for name, r in rows.items() if name in CATEGORIES)
+    # outer ops only: their times never exceed the phases they sit in, and they cover most of them
+    for phase in ("forward", "backward", "optimizer"):
+        inside = sum(v for (p, _), v in category_seconds(prof).items() if p == phase) * 1e3
+        assert 0.5 * step[f"{phase} ms"] <= inside <= step[f"{phase} ms"] * 1.001, phase
+    assert ops + rows[UNACCOUNTED]["step ms"] == pytest.approx(step["step ms"], rel=1e-9)
+    assert {"matmul", "attention", "normalization", "activation", "optimizer"} <= rows.keys()
+    assert rows["optimizer"]["forward ms"] == 0 and rows["optimizer"]["backward ms"] == 0
+
+
+def test_the_roofline_bound_is_min_of_peak_and_intensity_times_bandwidth(gpt_profile):
+    machine = Machine(peak_flops=100e9, bandwidth=10e9, device="cpu")  # ridge at 10 FLOP/B
+    big = op_cost("aten::mm", [[512, 512], [512, 512]])   # I = 2·512³ / (3·512²·4) = 85 FLOP/B
+    add = op_cost("aten::add", [[1000], [1000]])          # 1000 FLOPs / (3·1000·4 B)
+    assert attainable(machine, big.intensity) == 100e9
+    assert attainable(machine, add.intensity) == pytest.approx(10e9 / 12)
+    _, prof = gpt_profile
+    for row in op_table(prof, machine):
+        expected = min(machine.peak_flops, row["MFLOP"] / row["MB"] * machine.bandwidth) / 1e9
+        assert row["bound GFLOP/s"] == pytest.approx(expected)
+        assert row["limit"] == ("compute" if row["FLOP/B"] >= 10 else "memory")
+    kinds = {r["op"]: r["limit"] for r in op_table(prof, machine)}
+    assert kinds["gelu"] == kinds["native_layer_norm"] == "memory"
+
+
+def test_the_chrome_trace_is_valid_json_with_the_phases(gpt_profile):
+    _, prof = gpt_profile
+    trace = json.loads(prof.trace_path.read_text())
+    names = {e.get("name") for e in trace["traceEvents"]}
+    assert {"phase:forward", "phase:backward", "phase:optimizer", "aten::addmm"} <= names
