@@ -20,8 +20,8 @@ FLOORS = {
     "scaletrain.student_code": 0, "scaletrain.bench_cli": 0,
     # 1: collectives, kernels, pipeline schedules, mixed precision
     "scaletrain.comm": 1, "scaletrain.ops": 1, "scaletrain.pipeline": 1, "scaletrain.precision": 1,
-    # 2: data and tensor parallelism (on comm), offloading (on precision)
-    "scaletrain.dp": 2, "scaletrain.tp": 2, "scaletrain.offload": 2,
+    # 2: data and tensor parallelism (on comm), offloading (on precision), inference (on the models and ops)
+    "scaletrain.dp": 2, "scaletrain.tp": 2, "scaletrain.offload": 2, "scaletrain.infer": 2,
     # 3: ZeRO (on dp), gradient compression (on dp), activation checkpointing (on offload)
     "scaletrain.zero": 3, "scaletrain.compression": 3, "scaletrain.checkpointing": 3,
     # 4: the rank grid, experts, the planner, profiling a step (on ops' traffic model; may compare checkpointing)
