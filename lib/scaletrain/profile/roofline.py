@@ -6,7 +6,8 @@ The ridge I* = peak / bandwidth separates the memory-bound ops (I < I*: elementw
 GeLU, "limited by memory access speed" in training-speedup-lecture.md) from the compute-bound ones
 (matmuls of large enough m, n, k).  Both roofs are measured on the same machine as the profile,
 not taken from a data sheet: peak = the FLOP rate of a large square matmul (2n³ FLOPs), bandwidth =
-a large copy (reads n and writes n elements).  Medians over repetitions (bench.time_fn).
+a large copy (reads n and writes n elements).  The fastest of the repetitions, not the median: a roof
+is what the machine can do, and a shared machine's noise only ever slows a run down.
 """
 
 from __future__ import annotations
@@ -49,4 +50,4 @@ def measure_machine(device: str = "cpu", *, matmul_n: int | None = None, copy_mb
     src = torch.empty(mb * 2**20 // (torch.finfo(dtype).bits // 8), device=device, dtype=dtype).uniform_()
     dst = torch.empty_like(src)
     cp = bench.time_fn(lambda: dst.copy_(src), warmup=2, reps=reps, device=device)
-    return Machine(peak_flops=2 * n**3 / mm.median, bandwidth=2 * src.nbytes / cp.median, device=device)
+    return Machine(peak_flops=2 * n**3 / min(mm.samples), bandwidth=2 * src.nbytes / min(cp.samples), device=device)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from scaletrain import memory
-from scaletrain.profile.categories import CATEGORIES
+from scaletrain.profile.categories import CATEGORIES, categorise
 from scaletrain.profile.roofline import Machine, attainable
 from scaletrain.profile.trace import PHASES, StepProfile
 
@@ -68,7 +68,8 @@ def op_table(prof: StepProfile, machine: Machine) -> list[dict]:
         intensity = flops / nbytes
         bound = attainable(machine, intensity)
         reached = flops / secs if secs > 0 else float("inf")
-        rows.append({"phase": phase, "op": name.removeprefix("aten::"), "shapes": _shapes(shapes),
+        rows.append({"phase": phase, "category": categorise(name),
+                     "op": name.removeprefix("aten::").removeprefix("_scaled_dot_product_"), "shapes": _shapes(shapes),
                      "calls": len(ks) // prof.steps, "ms": secs * 1e3, "MFLOP": flops / 1e6, "MB": nbytes / 1e6,
                      "FLOP/B": intensity, "GFLOP/s": reached / 1e9, "bound GFLOP/s": bound / 1e9,
                      "% of bound": 100 * reached / bound,
@@ -76,8 +77,9 @@ def op_table(prof: StepProfile, machine: Machine) -> list[dict]:
     return sorted(rows, key=lambda r: -r["ms"])
 
 
-def _shapes(shapes: tuple) -> str:
-    return " ".join("x".join(map(str, s)) for s in shapes if s)
+def _shapes(shapes: tuple, width: int = 36) -> str:
+    text = " ".join("x".join(map(str, s)) for s in shapes if s)
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def step_mfu(prof: StepProfile, machine: Machine, *, num_params: int, tokens: int) -> dict:

@@ -1,0 +1,100 @@
+"""`python -m scaletrain.profile [--device auto|cpu|cuda] [--steps N] [--quick] [--out DIR]`
+
+Profiles training steps of a GPT-2-like model and prints where the time goes (training-speedup-
+lecture.md, "GPT-2 Profiling: Time"): ms by category for the forward, the backward and the
+optimizer step; the costliest priced ops against the roofline measured on this machine; the MFU.
+Writes `profile_bars.png`, `profile_roofline.png` and the Chrome trace `profile_trace.json`
+(open in ui.perfetto.dev or chrome://tracing) under DIR (default ./bench_out).
+
+Shapes: on a GPU, GPT-2 small as the seeds profile it (h = 768, 12 layers, s = 512, b = 8, V = 50257;
+fp32) — that path exists but has NOT been run in this repository's sessions (no GPU): treat its
+output as untested until a GPU run is recorded.  On a CPU, a scaled shape of the same form that runs
+in seconds (h = 128, 4 layers, s = 128, b = 4, V = 256): what it says is about this CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from scaletrain import bench
+from scaletrain.models import GPT, GPTConfig, make_batch
+from scaletrain.profile.roofline import measure_machine
+from scaletrain.profile.tables import category_table, op_table, step_mfu
+from scaletrain.profile.trace import profile_steps, training_step
+
+SHAPES = {  # (config, batch)
+    "cpu": (GPTConfig(vocab_size=256, block_size=128, n_layer=4, n_head=4, n_embd=128), 4),
+    "gpt2": (GPTConfig(vocab_size=50257, block_size=512, n_layer=12, n_head=12, n_embd=768), 8),  # GPU: untested here
+    "tiny": (GPTConfig(vocab_size=256, block_size=32, n_layer=2, n_head=2, n_embd=32), 2),  # --quick (tests)
+}
+TOP_OPS = 12
+
+
+def profile_gpt(shape: str, device: str, *, steps: int, trace_name: str = "profile_trace.json"):
+    """The profile of `steps` AdamW steps of the GPT of `shape` on `device`, and its model and tokens."""
+    cfg, batch = SHAPES[shape]
+    model = GPT(cfg, seed=0).to(device)
+    idx, targets = (t.to(device) for t in make_batch(cfg, batch, seed=0))
+    # foreach: one kernel per update over all tensors (torch's default on a GPU; the CPU default loops)
+    step = training_step(model, (idx, targets), torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True))
+    prof = profile_steps(step, steps=steps, warmup=1, device=device, trace_path=bench.out_dir() / trace_name)
+    return prof, sum(p.numel() for p in model.parameters()), idx.numel()
+
+
+def figures(prof, rows, machine, name: str = "profile"):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from scaletrain.profile.plot import category_bars, roofline_plot
+
+    paths = []
+    for suffix, draw in (("bars", lambda ax: category_bars(ax, prof)),
+                         ("roofline", lambda ax: roofline_plot(ax, rows, machine))):
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        draw(ax)
+        fig.tight_layout()
+        paths.append(bench.save_figure(fig, f"{name}_{suffix}.png"))
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m scaletrain.profile", description=__doc__.splitlines()[2])
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    parser.add_argument("--steps", type=int, default=3, help="profiled steps (after one warm-up step)")
+    parser.add_argument("--quick", action="store_true", help="a tiny GPT and a small roofline measurement")
+    parser.add_argument("--out", default=None, help="where figures and the trace go (default ./bench_out)")
+    args = parser.parse_args(argv)
+    if args.out:
+        import os
+        os.environ["SCALETRAIN_BENCH_OUT"] = args.out
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    shape = "tiny" if args.quick else "gpt2" if device == "cuda" else "cpu"
+    cfg, batch = SHAPES[shape]
+    print(f"device {device} ({'GPU path: untested in this repository' if device == 'cuda' else 'CPU'}); "
+          f"GPT h={cfg.n_embd} L={cfg.n_layer} s={cfg.block_size} b={batch} V={cfg.vocab_size}; "
+          f"{args.steps} profiled steps", flush=True)
+    threads = torch.get_num_threads()
+    if device == "cpu":  # one thread: on a shared 2-core box a second one waits for a busy core (ms-long stalls)
+        torch.set_num_threads(1)
+    try:
+        # the same thread count as the profile: the roofs it can reach
+        machine = measure_machine(device, **(dict(matmul_n=384, copy_mb=16) if args.quick else {}))
+        prof, num_params, tokens = profile_gpt(shape, device, steps=args.steps)
+    finally:
+        torch.set_num_threads(threads)
+    print("\ntime by category, ms per step\n" + bench.format_table(category_table(prof)))
+    rows = op_table(prof, machine)
+    print(f"\nthe {TOP_OPS} costliest priced ops, on the roofline (ridge {machine.ridge:.1f} FLOP/B)\n"
+          + bench.format_table(rows[:TOP_OPS]))
+    print("\nMFU\n" + bench.format_table([step_mfu(prof, machine, num_params=num_params, tokens=tokens)]))
+    paths = figures(prof, rows, machine)
+    print(f"\nwrote {', '.join(str(p) for p in paths)}, {prof.trace_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

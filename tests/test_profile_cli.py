@@ -1,0 +1,26 @@
+"""`python -m scaletrain.profile` on a CPU (issue 35 item 2): the three tables printed, the category
+rows in the seeds' order with the step's total, both figures and a Chrome trace written."""
+
+from __future__ import annotations
+
+import json
+
+from scaletrain.profile import CATEGORIES
+from scaletrain.profile.__main__ import SHAPES, main
+
+
+def test_the_cli_prints_the_tables_and_writes_figures_and_trace(tmp_path, capsys):
+    assert main(["--device", "cpu", "--quick", "--steps", "1", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "time by category, ms per step" in out and "costliest priced ops" in out and "MFU" in out
+    firsts = [line.split()[0] for line in out.splitlines() if line.split() and line.split()[0] in CATEGORIES]
+    assert firsts[:3] == ["matmul", "attention", "normalization"] and "optimizer" in firsts
+    assert any(line.strip().startswith("step (profiled)") for line in out.splitlines())
+    for name in ("profile_bars.png", "profile_roofline.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "traceEvents" in json.loads((tmp_path / "profile_trace.json").read_text())
+
+
+def test_the_gpu_shape_is_gpt2_small_as_the_seeds_profile_it():
+    cfg, batch = SHAPES["gpt2"]  # training-speedup-lecture.md: s = 512, b = 8, h = 768 (GPT-2 small: 12 layers)
+    assert (cfg.n_embd, cfg.n_layer, cfg.n_head, cfg.block_size, batch, cfg.vocab_size) == (768, 12, 12, 512, 8, 50257)
