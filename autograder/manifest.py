@@ -2,8 +2,8 @@
 
 Each assignment has one suite, a package `autograder/suites/aN_topic/` split by role (`__init__.py`:
 the `MANIFEST`; `names.py`: files and check names; `planted.py`; `inputs.py`: hidden inputs;
-`judge.py`: group functions and verdicts) or, until split, a module `aN_topic.py`; they are
-discovered here, so adding an assignment touches no shared file.
+`judge.py`: group functions and verdicts); they are discovered here, so adding an assignment
+touches no shared file.
 """
 
 from __future__ import annotations
@@ -139,10 +139,8 @@ class Manifest:
         return REPO / "solutions" / self.folder
 
     def suite_files(self) -> list[Path]:
-        """The hidden suite's source files: `suites/<folder>.py`, or every .py of the package
-        `suites/<folder>/` (a suite split by role: manifest, names, planted, inputs, judge)."""
-        module = REPO / "autograder" / "suites" / f"{self.folder}.py"
-        return [module] if module.is_file() else sorted((module.parent / self.folder).glob("*.py"))
+        """The hidden suite's source files: every .py of its package `suites/<folder>/`."""
+        return sorted((REPO / "autograder" / "suites" / self.folder).glob("*.py"))
 
 
 PUBLIC_MANIFEST = Path(__file__).resolve().parent / "public_manifest.json"
@@ -174,7 +172,7 @@ def _from_public(r: dict) -> Manifest:
 
 
 def all_manifests() -> dict[str, Manifest]:
-    """{"a0": Manifest, ...} from every autograder/suites/aN_*.py, sorted by assignment; in a
+    """{"a0": Manifest, ...} from every package autograder/suites/aN_*/, sorted by assignment; in a
     student repository, from public_manifest.json."""
     if not hidden_suites_present():
         return {r["assignment"]: _from_public(r) for r in json.loads(PUBLIC_MANIFEST.read_text())["assignments"]}

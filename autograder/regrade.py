@@ -229,8 +229,7 @@ def read_package(path: Path, m: Manifest, warn: Callable[[str], None]) -> Packag
                                                     if "run_autograder" in names else ""))
             info = PackageInfo.from_json(z.read(PACKAGE_JSON).decode(), f"{path}:{PACKAGE_JSON}")
             ours = {path.relative_to(REPO).as_posix(): path.read_bytes() for path in m.suite_files()}
-            theirs = {name: z.read(name) for name in names
-                      if name == f"autograder/suites/{m.folder}.py" or name.startswith(f"autograder/suites/{m.folder}/")}
+            theirs = {name: z.read(name) for name in names if name.startswith(f"autograder/suites/{m.folder}/")}
     except (OSError, zipfile.BadZipFile) as exc:
         raise PackageError(f"--package {path}: {exc}; "
                            f"pass the zip that `gradescope {m.assignment} -o ZIP` wrote") from None

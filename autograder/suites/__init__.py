@@ -1,4 +1,6 @@
-"""One module per assignment (`aN_topic.py`), each defining `MANIFEST` and its group functions.
+"""One package per assignment (`aN_topic/`), split by role: `__init__.py` defines `MANIFEST`,
+`names.py` the files and check names, `planted.py` the planted submissions, `inputs.py` the hidden
+inputs, `judge*.py` the group functions and their verdicts.
 
 Here too, what every suite's trusted side needs when it reads a collection the worker sent back:
 a loop over an empty answer checks nothing. Issue 28: a8's LAMB emptied the caller's parameter
