@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 from scaletrain.profile import CATEGORIES
-from scaletrain.profile.__main__ import SHAPES, main
+from scaletrain.profile.__main__ import main
+from scaletrain.profile.shapes import SHAPES
 
 
 def test_the_cli_prints_the_tables_and_writes_figures_and_trace(tmp_path, capsys):

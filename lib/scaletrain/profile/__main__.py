@@ -20,16 +20,12 @@ import sys
 import torch
 
 from scaletrain import bench
-from scaletrain.models import GPT, GPTConfig, make_batch
+from scaletrain.models import GPT, make_batch
 from scaletrain.profile.roofline import measure_machine
+from scaletrain.profile.shapes import SHAPES, pick_shape, resolve_device
 from scaletrain.profile.tables import category_table, op_table, step_mfu
 from scaletrain.profile.trace import profile_steps, training_step
 
-SHAPES = {  # (config, batch)
-    "cpu": (GPTConfig(vocab_size=256, block_size=128, n_layer=4, n_head=4, n_embd=128), 4),
-    "gpt2": (GPTConfig(vocab_size=50257, block_size=512, n_layer=12, n_head=12, n_embd=768), 8),  # GPU: untested here
-    "tiny": (GPTConfig(vocab_size=256, block_size=32, n_layer=2, n_head=2, n_embd=32), 2),  # --quick (tests)
-}
 TOP_OPS = 12
 
 
@@ -71,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         import os
         os.environ["SCALETRAIN_BENCH_OUT"] = args.out
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
-    shape = "tiny" if args.quick else "gpt2" if device == "cuda" else "cpu"
+    device = resolve_device(args.device)
+    shape = pick_shape(device, quick=args.quick)
     cfg, batch = SHAPES[shape]
     print(f"device {device} ({'GPU path: untested in this repository' if device == 'cuda' else 'CPU'}); "
           f"GPT h={cfg.n_embd} L={cfg.n_layer} s={cfg.block_size} b={batch} V={cfg.vocab_size}; "

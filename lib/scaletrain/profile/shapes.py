@@ -1,0 +1,29 @@
+"""The GPT shapes module 11 profiles: GPT-2 small as the seeds do, and CPU-sized stand-ins.
+
+training-speedup-lecture.md, "GPT-2 Profiling: Time": s = 512, b = 8, h = 768 (GPT-2 small: 12 layers,
+12 heads, V = 50257).  That shape is for a GPU; the paths that use it have NOT been run in this
+repository's sessions (no GPU was lent): their output is untested until a GPU run is recorded.  On a
+CPU, a shape of the same form that runs in seconds; `tiny` for tests and --quick.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from scaletrain.models import GPTConfig
+
+__all__ = ["SHAPES", "pick_shape", "resolve_device"]
+
+SHAPES = {  # name -> (config, batch)
+    "gpt2": (GPTConfig(vocab_size=50257, block_size=512, n_layer=12, n_head=12, n_embd=768), 8),  # GPU: untested
+    "cpu": (GPTConfig(vocab_size=256, block_size=128, n_layer=4, n_head=4, n_embd=128), 4),
+    "tiny": (GPTConfig(vocab_size=256, block_size=32, n_layer=2, n_head=2, n_embd=32), 2),
+}
+
+
+def pick_shape(device: str, *, quick: bool = False) -> str:
+    return "tiny" if quick else "gpt2" if device.startswith("cuda") else "cpu"
+
+
+def resolve_device(device: str) -> str:
+    return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
