@@ -31,7 +31,7 @@ def test_checkpointing_the_mlp_keeps_the_numbers_and_drops_the_fc_and_gelu_outpu
 def test_the_variant_table_is_paired_against_eager():
     model = GPT(CFG, seed=0)
     rows, skipped = compare_variants(model, make_batch(CFG, B, seed=2), rounds=3, warmup=1, compile=False)
-    assert skipped == "not asked for (--no-compile)"
+    assert skipped == "not asked for (compile=False)"
     base = next(r for r in rows if r["variant"] == BASELINE)
     assert base["time / eager"] == 1.0 and base["p20-p80"] == "1.00-1.00"
     assert {r["variant"] for r in rows} == {BASELINE, "checkpointed MLP"}

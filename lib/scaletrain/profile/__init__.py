@@ -13,16 +13,26 @@ One idea per file, in the order a profile is read:
     trace.py        N steps under torch.profiler, phases marked, one record per op; Chrome trace
     tables.py       time by category and phase, each op on the roofline, MFU
     plot.py         stacked bars by category, the roofline with each op as a point
-    variants.py     eager vs torch.compile vs checkpointed MLP: time and peak memory, paired
+    shapes.py       GPT-2 small as the seeds profile it (GPU) and its CPU-sized stand-ins
     __main__.py     `python -m scaletrain.profile`: the tables, figures and trace of a GPT-2-like step
+    variants.py     eager vs torch.compile vs checkpointed MLP: time and kept bytes, paired rounds
+    benchmark.py    `python -m scaletrain.bench profile`: the variants' table and plot
+
+and two speedups that change the training itself (additional-techniques.md §2, §4):
+
+    pld.py          progressive layer dropping: θ(t), p_i(t), gates, a dropped block as identity
+    curriculum.py   the sequence-length curriculum s(t), batches truncated to it
 """
 
 from scaletrain.profile.categories import CATEGORIES, categorise
 from scaletrain.profile.cost import Cost, op_cost
+from scaletrain.profile.curriculum import seq_len_at, truncate
+from scaletrain.profile.pld import keep_probabilities, pld_forward, sample_gates, theta
 from scaletrain.profile.roofline import Machine, attainable, measure_machine
 from scaletrain.profile.tables import category_seconds, category_table, op_table, step_mfu
 from scaletrain.profile.trace import PHASES, OpRecord, StepProfile, profile_steps, training_step
 
 __all__ = ["CATEGORIES", "categorise", "Cost", "op_cost", "Machine", "attainable", "measure_machine",
            "category_seconds", "category_table", "op_table", "step_mfu", "PHASES", "OpRecord", "StepProfile",
-           "profile_steps", "training_step"]
+           "profile_steps", "training_step", "seq_len_at", "truncate", "keep_probabilities", "pld_forward",
+           "sample_gates", "theta"]

@@ -103,7 +103,7 @@ def compare_variants(model: GPT, batch: tuple, *, device: str = "cpu", rounds: i
     """The table eager / compiled / checkpointed MLP for `model` on `batch`, and the reason the
     compiled row is missing (None when it is there).  Memory is measured before any timed step."""
     models: dict[str, nn.Module] = {BASELINE: model, "checkpointed MLP": checkpoint_mlps(model)}
-    skipped = compile_unavailable(device) if compile else "not asked for (--no-compile)"
+    skipped = compile_unavailable(device) if compile else "not asked for (compile=False)"
     if skipped is None:
         models["compiled (inductor)"] = torch.compile(copy.deepcopy(model))
     memory = {name: measure_memory(m, batch, device) for name, m in models.items()}  # compiles here
