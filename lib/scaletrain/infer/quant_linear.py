@@ -8,7 +8,9 @@ simulated; HAWQ-V3's integer-only inference goes further and quantizes x too):
 
     y_o = Σ_j S_oj · Σ_{c in group j} x_c · (q_oc - Z_oj)          (+ bias)
 
-one small matmul per group of columns, scaled in the epilogue; no float copy of W is materialized.
+a batched matmul over the column groups, each partial sum scaled in the epilogue: the dequantized
+W = (q - Z)·S is never formed (the codes are widened to x's dtype for torch's matmul; an int8 GEMM
+or a fused kernel on a GPU reads them as int8).
 Groups spanning m whole rows (Q-BERT's row groups, per-channel, per-tensor) are the case of one
 column group with each row's (S, Z) repeated from its group.
 """
