@@ -14,6 +14,7 @@ more groups, a tighter R, fewer candidates. Across beams (`beam_topk`), the glob
 union of every row's top k, hence among the union of the rows' candidates.
 
 Ties: indices follow the lowest-index-first order of a stable descending sort, on both backends.
+-inf is an ordinary value (masked logits); NaN is not handled (torch.topk ranks it first).
 The Triton kernel (kernels/retrieve_rerank_triton.py) runs on CUDA, or on CPU through the Triton
 interpreter (TRITON_INTERPRET=1 before triton is imported).
 """
