@@ -60,7 +60,8 @@ def figures(prof, rows, machine, name: str = "profile"):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scaletrain.profile", description=__doc__.splitlines()[2])
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    parser.add_argument("--steps", type=int, default=3, help="profiled steps (after one warm-up step)")
+    parser.add_argument("--steps", type=int, default=3, help="profiled steps (after one warm-up step); "
+                                                                "the tables show the median one")
     parser.add_argument("--quick", action="store_true", help="a tiny GPT and a small roofline measurement")
     parser.add_argument("--out", default=None, help="where figures and the trace go (default ./bench_out)")
     args = parser.parse_args(argv)
@@ -82,7 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         prof, num_params, tokens = profile_gpt(shape, device, steps=args.steps)
     finally:
         torch.set_num_threads(threads)
-    print("\ntime by category, ms per step\n" + bench.format_table(category_table(prof)))
+    totals = ", ".join(f"{sum(d.values()) * 1e3:.1f}" for d in prof.by_step)
+    prof = prof.median_step()  # a preempted op on a shared machine inflates its step: read the median one
+    print(f"\ntime by category, ms in the median step (steps took {totals} ms)\n" + bench.format_table(category_table(prof)))
     rows = op_table(prof, machine)
     print(f"\nthe {TOP_OPS} costliest priced ops, on the roofline (ridge {machine.ridge:.1f} FLOP/B)\n"
           + bench.format_table(rows[:TOP_OPS]))

@@ -42,6 +42,7 @@ class OpRecord:
     seconds: float            # summed over the profiled steps
     cost: Cost | None = None  # kernels only
     shapes: tuple = ()
+    step: int = 0             # which profiled step (0-based) it ran in
 
 
 @dataclass
@@ -54,7 +55,16 @@ class StepProfile:
     device: str
     trace_path: Path | None = None
     peak_memory: int | None = None    # bytes, the allocator's peak over the profiled steps (GPU)
-    extra: dict = field(default_factory=dict)
+    by_step: list[dict[str, float]] = field(default_factory=list)  # phase wall times, step by step
+
+    def median_step(self) -> "StepProfile":
+        """The profile of the one step whose wall time is the median (the lower one for an even count):
+        on a shared machine a preempted op inflates its step, and the median step leaves it out while
+        its rows still add up to one real step."""
+        totals = [sum(d.values()) for d in self.by_step]
+        k = sorted(range(len(totals)), key=totals.__getitem__)[(len(totals) - 1) // 2]
+        return StepProfile([o for o in self.ops if o.step == k], [o for o in self.kernels if o.step == k],
+                           dict(self.by_step[k]), 1, self.device, self.trace_path, self.peak_memory, [self.by_step[k]])
 
 
 def training_step(model: torch.nn.Module, batch: tuple, optimizer: torch.optim.Optimizer) -> Callable[[], None]:
@@ -75,9 +85,9 @@ def _is_op(event) -> bool:
         event.name.startswith(("nccl:", "gloo:"))
 
 
-def _phase_of(event, intervals) -> str | None:
+def _phase_of(event, intervals) -> tuple[str, int] | None:
     start = event.time_range.start
-    return next((phase for phase, lo, hi in intervals if lo <= start <= hi), None)
+    return next(((phase, step) for phase, step, lo, hi in intervals if lo <= start <= hi), None)
 
 
 def _has_op_above(event) -> bool:
@@ -105,25 +115,29 @@ def _priced_above(event) -> bool:
 
 
 def _records(events, cuda: bool):
-    marks = [e for e in events if e.name.startswith(_MARK)]
-    intervals = [(e.name[len(_MARK):], e.time_range.start, e.time_range.end) for e in marks]
-    phase_seconds = {p: 0.0 for p in PHASES}
-    for phase, lo, hi in intervals:
-        phase_seconds[phase] += (hi - lo) / 1e6
+    marks = sorted((e for e in events if e.name.startswith(_MARK)), key=lambda e: e.time_range.start)
+    # three markers per step, in order: the i-th marker belongs to step i // 3
+    intervals = [(e.name[len(_MARK):], i // len(PHASES), e.time_range.start, e.time_range.end)
+                 for i, e in enumerate(marks)]
+    by_step = [{p: 0.0 for p in PHASES} for _ in range(len(marks) // len(PHASES))]
+    for phase, step, lo, hi in intervals:
+        by_step[step][phase] += (hi - lo) / 1e6
     ops, kernels = [], []
     for e in events:
-        if not _is_op(e) or (phase := _phase_of(e, intervals)) is None:
+        if not _is_op(e) or (where := _phase_of(e, intervals)) is None:
             continue
+        phase, step = where
         if not _has_op_above(e):
             category = "optimizer" if phase == "optimizer" and categorise(e.name) != "communication" \
                 else categorise(e.name)
             us = e.device_time_total if cuda else e.cpu_time_total
-            ops.append(OpRecord(e.name, phase, category, us / 1e6, shapes=tuple(map(tuple, e.input_shapes or ()))))
+            ops.append(OpRecord(e.name, phase, category, us / 1e6, shapes=tuple(map(tuple, e.input_shapes or ())),
+                                step=step))
         if (cost := _cost(e)) is not None and not _priced_above(e):
             us = e.device_time_total if cuda else e.cpu_time_total
             kernels.append(OpRecord(e.name, phase, categorise(e.name), us / 1e6, cost,
-                                    tuple(map(tuple, e.input_shapes or ()))))
-    return ops, kernels, phase_seconds
+                                    tuple(map(tuple, e.input_shapes or ())), step))
+    return ops, kernels, by_step
 
 
 def profile_steps(step: Callable[[], None], *, steps: int = 3, warmup: int = 1, device: str = "cpu",
@@ -142,11 +156,12 @@ def profile_steps(step: Callable[[], None], *, steps: int = 3, warmup: int = 1, 
             if cuda:
                 torch.cuda.synchronize(device)
             prof.step()
-    ops, kernels, phases = _records(prof.events(), cuda)
+    ops, kernels, by_step = _records(prof.events(), cuda)
+    phases = {p: sum(d[p] for d in by_step) for p in PHASES}
     path = None
     if trace_path is not None:
         path = Path(trace_path)
         path.parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(path))
     peak = torch.cuda.max_memory_allocated(device) if cuda else None
-    return StepProfile(ops, kernels, phases, steps, device, path, peak)
+    return StepProfile(ops, kernels, phases, steps, device, path, peak, by_step)
