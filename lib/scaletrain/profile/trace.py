@@ -99,16 +99,19 @@ def _has_op_above(event) -> bool:
     return False
 
 
-def _cost(event) -> Cost | None:
-    return op_cost(event.name, event.input_shapes or (), event.input_dtypes or (), event.concrete_inputs or ()) \
-        if event.name.startswith("aten::") else None
+def _cost(event, memo: dict) -> Cost | None:
+    """op_cost of the event, remembered in `memo` (one profile's): every ancestor walk asks again."""
+    if id(event) not in memo:
+        memo[id(event)] = op_cost(event.name, event.input_shapes or (), event.input_dtypes or (),
+                                  event.concrete_inputs or ()) if event.name.startswith("aten::") else None
+    return memo[id(event)]
 
 
-def _priced_above(event) -> bool:
+def _priced_above(event, memo: dict) -> bool:
     """An op above `event` is priced already (addmm's internal copy is part of addmm, not a point)."""
     parent = event.cpu_parent
     while parent is not None:
-        if _cost(parent) is not None:
+        if _cost(parent, memo) is not None:
             return True
         parent = parent.cpu_parent
     return False
@@ -122,7 +125,7 @@ def _records(events, cuda: bool):
     by_step = [{p: 0.0 for p in PHASES} for _ in range(len(marks) // len(PHASES))]
     for phase, step, lo, hi in intervals:
         by_step[step][phase] += (hi - lo) / 1e6
-    ops, kernels = [], []
+    ops, kernels, memo = [], [], {}
     for e in events:
         if not _is_op(e) or (where := _phase_of(e, intervals)) is None:
             continue
@@ -133,7 +136,7 @@ def _records(events, cuda: bool):
             us = e.device_time_total if cuda else e.cpu_time_total
             ops.append(OpRecord(e.name, phase, category, us / 1e6, shapes=tuple(map(tuple, e.input_shapes or ())),
                                 step=step))
-        if (cost := _cost(e)) is not None and not _priced_above(e):
+        if (cost := _cost(e, memo)) is not None and not _priced_above(e, memo):
             us = e.device_time_total if cuda else e.cpu_time_total
             kernels.append(OpRecord(e.name, phase, categorise(e.name), us / 1e6, cost,
                                     tuple(map(tuple, e.input_shapes or ())), step))
