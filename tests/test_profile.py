@@ -89,6 +89,16 @@ def test_forward_matmul_flops_are_2_tokens_times_the_linear_weights(gpt_profile)
     assert backward == 2 * counted
 
 
+def test_causal_attention_flops_are_half_of_4_b_s2_h_per_layer(gpt_profile):
+    """The GPT's attention is causal (the profiler's concrete inputs say so): 4·b·s²·h / 2 per layer
+    forward (Q·Kᵀ and P·V, the masked half skipped), 5/2 of it backward (S recomputed, dV, dP, dQ, dK)."""
+    _, prof = gpt_profile
+    per_step = {p: sum(k.cost.flops for k in prof.kernels if k.phase == p and k.category == "attention") / prof.steps
+                for p in ("forward", "backward")}
+    forward = CFG.n_layer * 4 * BATCH * CFG.block_size ** 2 * CFG.n_embd / 2
+    assert per_step == {"forward": forward, "backward": 2.5 * forward}
+
+
 def test_the_categories_tile_the_profiled_step(gpt_profile):
     _, prof = gpt_profile
     rows = {r["category"]: r for r in category_table(prof)}

@@ -25,3 +25,14 @@ def test_the_cli_prints_the_tables_and_writes_figures_and_trace(tmp_path, capsys
 def test_the_gpu_shape_is_gpt2_small_as_the_seeds_profile_it():
     cfg, batch = SHAPES["gpt2"]  # training-speedup-lecture.md: s = 512, b = 8, h = 768 (GPT-2 small: 12 layers)
     assert (cfg.n_embd, cfg.n_layer, cfg.n_head, cfg.block_size, batch, cfg.vocab_size) == (768, 12, 12, 512, 8, 50257)
+
+
+def test_the_variants_benchmark_runs_quick_without_compile(tmp_path, monkeypatch, capsys):
+    from scaletrain import bench
+
+    monkeypatch.setenv("SCALETRAIN_BENCH_OUT", str(tmp_path))
+    assert bench.main(["profile", "--quick", "--no-compile", "--reps", "2", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    eager = next(line for line in out.splitlines() if line.strip().startswith("eager "))
+    assert " 1.00-1.00 " in eager and "checkpointed MLP" in out
+    assert "torch.compile left out: not asked for (compile=False)" in out and (tmp_path / "profile_variants.png").exists()

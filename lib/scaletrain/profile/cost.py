@@ -34,8 +34,13 @@ __all__ = ["Cost", "op_cost", "itemsize", "MATMULS", "ELEMENTWISE"]
 _ITEMSIZE = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "Half": 2, "BFloat16": 2,
              "long int": 8, "int": 4, "bool": 1}
 MATMULS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
-_ATTENTION_FWD = ("aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_flash_attention",
-                  "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_cudnn_attention")
+# where `is_causal` sits among each attention kernel's arguments (native_functions.yaml); the CUDA
+# ones are untested here (no GPU): a wrong index only halves or doubles attention's FLOPs
+_CAUSAL_ARG = {"aten::_scaled_dot_product_flash_attention_for_cpu": 4,
+               "aten::_scaled_dot_product_flash_attention_for_cpu_backward": 7,
+               "aten::_scaled_dot_product_flash_attention": 4, "aten::_scaled_dot_product_flash_attention_backward": 11,
+               "aten::_scaled_dot_product_efficient_attention": 6,
+               "aten::_scaled_dot_product_efficient_attention_backward": 11}
 ELEMENTWISE = ("aten::add", "aten::add_", "aten::sub", "aten::mul", "aten::mul_", "aten::div", "aten::div_",
                "aten::gelu", "aten::gelu_backward", "aten::relu", "aten::threshold_backward", "aten::silu",
                "aten::tanh", "aten::sqrt", "aten::lerp_", "aten::addcmul_", "aten::addcdiv_", "aten::copy_",
@@ -92,10 +97,9 @@ def op_cost(name: str, shapes: Sequence[Sequence[int]], dtypes: Sequence[str] = 
     shapes = [list(s) if isinstance(s, (list, tuple)) else [] for s in shapes]
     if name in MATMULS:
         return _matmul(name, shapes, size)
-    if name in _ATTENTION_FWD:
-        return _attention(shapes, bool(concrete[4]) if len(concrete) > 4 else False, False, size)
-    if name.endswith("_backward") and name.removesuffix("_backward") in _ATTENTION_FWD:
-        return _attention(shapes, bool(concrete[7]) if len(concrete) > 7 else False, True, size)
+    if name in _CAUSAL_ARG:
+        at = _CAUSAL_ARG[name]
+        return _attention(shapes, bool(concrete[at]) if len(concrete) > at else False, name.endswith("_backward"), size)
     if name in ("aten::native_layer_norm", "aten::native_layer_norm_backward", "aten::_softmax",
                 "aten::_softmax_backward_data", "aten::_log_softmax", "aten::_log_softmax_backward_data"):
         op = "layer_norm" if "layer_norm" in name else "softmax"
