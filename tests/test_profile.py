@@ -139,7 +139,8 @@ def test_the_median_step_is_one_real_step(gpt_profile):
     one = prof.median_step()
     assert len(totals) == prof.steps == 2 and one.steps == 1
     assert sum(one.phase_seconds.values()) == min(totals)  # the lower median of two
-    assert 2 * len(one.ops) == len(prof.ops) and 2 * len(one.kernels) == len(prof.kernels)  # each step runs the same ops
+    # each step runs the same ops
+    assert 2 * len(one.ops) == len(prof.ops) and 2 * len(one.kernels) == len(prof.kernels)
     assert sum(r["step ms"] for r in category_table(one) if r["category"] == "step (profiled)") == \
         pytest.approx(min(totals) * 1e3)
 

@@ -16,7 +16,8 @@ from scaletrain.profile.pld import keep_probabilities, pld_forward, sample_gates
 
 @pytest.mark.parametrize("t,theta_bar,gamma", [(0, 0.5, 1e-3), (700, 0.5, 1e-3), (50, 0.3, 0.05), (10**6, 0.5, 1e-3)])
 def test_theta_is_the_papers_formula(t, theta_bar, gamma):
-    assert theta(t, theta_bar=theta_bar, gamma=gamma) == pytest.approx((1 - theta_bar) * math.exp(-gamma * t) + theta_bar)
+    expected = (1 - theta_bar) * math.exp(-gamma * t) + theta_bar
+    assert theta(t, theta_bar=theta_bar, gamma=gamma) == pytest.approx(expected)
     assert theta_bar <= theta(t, theta_bar=theta_bar, gamma=gamma) <= 1.0
 
 

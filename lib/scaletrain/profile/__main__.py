@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(threads)
     totals = ", ".join(f"{sum(d.values()) * 1e3:.1f}" for d in prof.by_step)
     prof = prof.median_step()  # a preempted op on a shared machine inflates its step: read the median one
-    print(f"\ntime by category, ms in the median step (steps took {totals} ms)\n" + bench.format_table(category_table(prof)))
+    print(f"\ntime by category, ms in the median step (steps took {totals} ms)\n"
+          + bench.format_table(category_table(prof)))
     rows = op_table(prof, machine)
     print(f"\nthe {TOP_OPS} costliest priced ops, on the roofline (ridge {machine.ridge:.1f} FLOP/B)\n"
           + bench.format_table(rows[:TOP_OPS]))

@@ -32,7 +32,8 @@ from scaletrain import bench
 from scaletrain.memory_measure import track_saved_tensors
 from scaletrain.models import GPT
 
-__all__ = ["BASELINE", "CheckpointedMLP", "checkpoint_mlps", "compile_unavailable", "measure_memory", "compare_variants"]
+__all__ = ["BASELINE", "CheckpointedMLP", "checkpoint_mlps", "compile_unavailable", "measure_memory",
+           "compare_variants"]
 
 BASELINE = "eager"
 
