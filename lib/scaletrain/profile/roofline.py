@@ -5,7 +5,8 @@ An op of arithmetic intensity I = FLOPs / bytes can run no faster than
 The ridge I* = peak / bandwidth separates the memory-bound ops (I < I*: elementwise, LayerNorm,
 GeLU, "limited by memory access speed" in training-speedup-lecture.md) from the compute-bound ones
 (matmuls of large enough m, n, k).  Both roofs are measured on the same machine as the profile,
-not taken from a data sheet: peak = the FLOP rate of a large square matmul (2n³ FLOPs), bandwidth =
+not taken from a data sheet: peak = the best FLOP rate of square matmuls of n/4, n/2 and n (2n³ FLOPs;
+on a CPU the largest can fall out of cache and run slower than the model's own), bandwidth =
 a large copy (reads n and writes n elements).  The fastest of the repetitions, not the median: a roof
 is what the machine can do, and a shared machine's noise only ever slows a run down.
 """
@@ -40,14 +41,18 @@ def attainable(machine: Machine, intensity: float) -> float:
 
 def measure_machine(device: str = "cpu", *, matmul_n: int | None = None, copy_mb: int | None = None,
                     dtype: torch.dtype = torch.float32, reps: int = 5) -> Machine:
-    """Peak FLOP/s from an n×n matmul and bandwidth from a copy, both timed on `device`.
+    """Peak FLOP/s from n×n matmuls (and n/4, n/2) and bandwidth from a copy, both timed on `device`.
     Defaults: n = 1024 and 64 MB on a CPU (seconds), n = 8192 and 1 GB on a GPU (past L2)."""
     cuda = device.startswith("cuda")
     n = matmul_n or (8192 if cuda else 1024)
     mb = copy_mb or (1024 if cuda else 64)
-    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
-    mm = bench.time_fn(lambda: torch.mm(a, b), warmup=2, reps=reps, device=device)
+    peak = max(_matmul_rate(size, device, dtype, reps) for size in (n // 4, n // 2, n))
     src = torch.empty(mb * 2**20 // (torch.finfo(dtype).bits // 8), device=device, dtype=dtype).uniform_()
     dst = torch.empty_like(src)
     cp = bench.time_fn(lambda: dst.copy_(src), warmup=2, reps=reps, device=device)
-    return Machine(peak_flops=2 * n**3 / min(mm.samples), bandwidth=2 * src.nbytes / min(cp.samples), device=device)
+    return Machine(peak_flops=peak, bandwidth=2 * src.nbytes / min(cp.samples), device=device)
+
+
+def _matmul_rate(n: int, device: str, dtype: torch.dtype, reps: int) -> float:
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+    return 2 * n**3 / min(bench.time_fn(lambda: torch.mm(a, b), warmup=2, reps=reps, device=device).samples)
