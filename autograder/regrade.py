@@ -447,8 +447,9 @@ def regrade(manifest: Manifest, submissions: Path, out: Path, device: str, *, se
             for i, sub in enumerate(subs, 1):
                 graded.append((sub, _grade_or_keep(manifest, sub, out, device, seed, cpu_results, force,
                                                    lambda s: progress(f"[{i}/{len(subs)}] {sub.student}: {s}"))))
-    except KeyboardInterrupt:
-        raise Interrupted(len(graded), len(subs)) from None
+    except KeyboardInterrupt:  # counted on disk: Ctrl-C may land between a results.json and its progress line
+        kept = sum(_finished(out / s.key / "results.json", manifest, device, seed) is not None for s in subs)
+        raise Interrupted(kept, len(subs)) from None
     write_scores(out, manifest, graded, due, seed)
     return [payload for _, payload in graded]
 

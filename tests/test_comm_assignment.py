@@ -12,4 +12,4 @@ def test_a2_manifest_forbids_every_collective_and_counts_its_points():
     for name in ("all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor", "broadcast", "batch_isend_irecv"):
         assert f"torch.distributed.{name}" in forbidden
     assert not any(f.endswith((".isend", ".irecv")) for f in forbidden)
-    assert m.max_score == 18 and sum(c.points for g in m.groups if g.needs_gpu for c in g.checks) == 2
+    assert m.max_score == 21 and sum(c.points for g in m.groups if g.needs_gpu for c in g.checks) == 2

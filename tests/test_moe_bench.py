@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from scaletrain import bench
+from scaletrain import bench, bench_cli
 
 pytestmark = pytest.mark.slow
 
 
 def test_moe_benchmark_quick(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SCALETRAIN_BENCH_OUT", str(tmp_path))
-    assert bench.BENCHMARKS["moe"] == "scaletrain.moe.benchmark" and "moe" in bench.DISTRIBUTED
+    assert bench_cli.benchmarks()["moe"] == "scaletrain.moe.benchmark" and "moe" in bench_cli.distributed()
     assert bench.main(["moe", "--quick", "--reps", "2", "--steps", "8"]) == 0
     out = capsys.readouterr().out
     a2a = [line.split() for line in out.splitlines() if line.startswith("2 ") and ("equal" in line or "variable" in line)]
