@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 from autograder.leaks import code_lines, find_in, prose_lines, secret_lines, text_lines
+from autograder import registry
 from autograder.manifest import REPO, Manifest, all_manifests
 from autograder.pyparse import parse_python
 
@@ -155,25 +156,29 @@ def answers_template(manifest: Manifest, questions: list[str]) -> str:
 
 
 def release(check: bool = False, manifests: dict[str, Manifest] | None = None) -> list[str]:
-    """Write stubs and solutions; with check=True write nothing and return diffs of stale files.
+    """Write stubs and solutions, and with every manifest the registries made from them
+    (`autograder.registry`); with check=True write nothing and return diffs of stale files.
     Either way, every solution line in its assignment's student-facing text is a problem (LEAK)."""
-    manifests = manifests if manifests is not None else all_manifests()
+    every = manifests is None  # a registry is made from every manifest, never from a few
+    manifests = all_manifests() if every else manifests
     _check_unique_stems(manifests)
-    problems: list[str] = []
+    generated = registry.outputs(manifests) if every else {}
     for manifest in manifests.values():
-        for path, text in outputs(manifest).items():
-            current = path.read_text() if path.exists() else ""
-            if current == text:
-                continue
-            rel = path.relative_to(REPO)
-            if check:
-                diff = difflib.unified_diff(current.splitlines(), text.splitlines(),
-                                            f"{rel} (committed)", f"{rel} (from source)", lineterm="", n=1)
-                problems.append("\n".join(list(diff)[:40]))
-            else:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(text)
-                problems.append(f"wrote {rel}")
+        generated.update(outputs(manifest))
+    problems: list[str] = []
+    for path, text in generated.items():
+        current = path.read_text() if path.exists() else ""
+        if current == text:
+            continue
+        rel = path.relative_to(REPO)
+        if check:
+            diff = difflib.unified_diff(current.splitlines(), text.splitlines(),
+                                        f"{rel} (committed)", f"{rel} (from source)", lineterm="", n=1)
+            problems.append("\n".join(list(diff)[:40]))
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            problems.append(f"wrote {rel}")
     return problems + [LEAK + leak for leak in text_leaks(manifests)]
 
 
