@@ -86,6 +86,8 @@ class Manifest:
     groups: tuple[Group, ...]
     forbidden: dict[str, tuple[str, ...]] = field(default_factory=dict)
     planted: tuple[Planted, ...] = ()
+    # planted submissions that break a boundary a public test exercises (tests/test_hidden_covers_public.py)
+    public_boundary: tuple[str, ...] = ()
     stub_markers: dict[str, tuple[str, ...]] = field(default_factory=dict)  # student repo only (submit)
 
     def __post_init__(self):
@@ -108,6 +110,10 @@ class Manifest:
             if unknown or bad or p.file not in self.files:
                 raise ValueError(f"{self.assignment}: planted {p.name!r} is inconsistent "
                                  f"(unknown checks {sorted(unknown)}, outcomes {sorted(bad)}, file {p.file!r})")
+
+        missing = set(self.public_boundary) - {p.name for p in self.planted}
+        if missing:
+            raise ValueError(f"{self.assignment}: public_boundary names no planted submission: {sorted(missing)}")
 
     def _check_needs(self) -> None:
         """Every `needs` names a value check of this manifest that is graded in the same run as the

@@ -2,9 +2,9 @@
 
 The hidden a3 suite once gave 18/18 to a bucket boundary off by one that the public docstring test
 caught: the hidden suite had never run the public case. Each hidden suite now runs its public
-tests' inputs too, and this test keeps it so. For each assignment, `BOUNDARY` names planted
-submissions of its manifest that break a boundary a public test exercises (a parameter that
-exactly fills a cap, m = p - 1, the last partial chunk, ...). Here the public tests of the plant's
+tests' inputs too, and this test keeps it so. For each assignment, its manifest's `public_boundary`
+names planted submissions that break a boundary a public test exercises (a parameter that exactly
+fills a cap, m = p - 1, the last partial chunk, ...). Here the public tests of the plant's
 tasks run on it and must fail; every task whose public tests fail must lose hidden points in the
 plant's `expect`; and `selftest` (tests/test_assignments.py) proves those expected outcomes.
 
@@ -26,28 +26,13 @@ from autograder.manifest import all_manifests
 MANIFESTS = all_manifests()
 HELPER = Path(__file__).with_name("public_failures.py")
 
-# assignment -> names of its planted submissions that a public test catches
-BOUNDARY = {
-    "a0": ("ZeRO shard rounded down (floor(Ψ/N), not ceil)",),
-    "a1": ("the online softmax without its all -inf prefix guard",),
-    "a1b": ("causal mask off by one (hides the diagonal)",),
-    "a2": ("allreduce of an empty tensor runs the ring: records 2(p-1) empty messages",),
-    "a3": ("a bucket closed when a parameter exactly fills the cap (>= for >)",),
-    "a4": ("1F1B accepts m = p - 1 (checks m < p - 1)",),
-    "a5": ("gradients summed, not averaged",),
-    "a6": ("f's backward does not allreduce",),
-    "a7": ("the scale grows one clean step late (> growth_interval for ==)",),
-    "a8": ("1-bit: the last, shorter chunk's mean divided by the full chunk size",),
-    "a9": ("in-flight pairs: p - r even when m < p (GPipe's fill forgotten)",),
-    "a10": ("capacity rounded down (floor, not ceil)",),
-}
+# assignment -> names of its planted submissions that a public test catches (each manifest's own)
+BOUNDARY = {a: m.public_boundary for a, m in MANIFESTS.items()}
 
 
 def test_every_assignment_plants_a_boundary_the_public_tests_catch():
-    assert set(BOUNDARY) == set(MANIFESTS), f"add a boundary plant for {sorted(set(MANIFESTS) - set(BOUNDARY))}"
-    for assignment, names in BOUNDARY.items():
-        planted = {p.name for p in MANIFESTS[assignment].planted}
-        assert set(names) <= planted, f"{assignment}: no planted submission named {sorted(set(names) - planted)}"
+    missing = sorted(a for a, names in BOUNDARY.items() if not names)
+    assert not missing, f"add a boundary plant to the manifest's public_boundary of {missing}"
 
 
 def _public_failures(assignment: str, name: str, tmp_path: Path) -> dict[str, list[str]]:

@@ -71,4 +71,5 @@ MANIFEST = Manifest(
         )),
     ),
     planted=PLANTED,
+    public_boundary=('ZeRO shard rounded down (floor(Ψ/N), not ceil)',),
 )

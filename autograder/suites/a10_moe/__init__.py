@@ -61,4 +61,5 @@ MANIFEST = Manifest(
         )),
     ),
     planted=PLANTED,
+    public_boundary=('capacity rounded down (floor, not ceil)',),
 )

@@ -104,4 +104,5 @@ MANIFEST = Manifest(
         )),
     ),
     planted=PLANTED,
+    public_boundary=('the online softmax without its all -inf prefix guard',),
 )

@@ -63,4 +63,5 @@ MANIFEST = Manifest(
         )),
     ),
     planted=PLANTED,
+    public_boundary=('causal mask off by one (hides the diagonal)',),
 )

@@ -71,4 +71,5 @@ MANIFEST = Manifest(
         )),
     ),
     planted=PLANTED,
+    public_boundary=('a bucket closed when a parameter exactly fills the cap (>= for >)',),
 )

@@ -91,4 +91,5 @@ MANIFEST = Manifest(
         )),
     ),
     planted=PLANTED,
+    public_boundary=('1F1B accepts m = p - 1 (checks m < p - 1)',),
 )

@@ -62,4 +62,5 @@ MANIFEST = Manifest(
         )),
     ),
     planted=PLANTED,
+    public_boundary=('gradients summed, not averaged',),
 )

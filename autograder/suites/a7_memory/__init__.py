@@ -60,4 +60,5 @@ MANIFEST = Manifest(
         )),
     ),
     planted=PLANTED,
+    public_boundary=('the scale grows one clean step late (> growth_interval for ==)',),
 )

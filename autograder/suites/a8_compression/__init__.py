@@ -66,4 +66,5 @@ MANIFEST = Manifest(
         )),
     ),
     planted=PLANTED,
+    public_boundary=("1-bit: the last, shorter chunk's mean divided by the full chunk size",),
 )

@@ -94,4 +94,5 @@ MANIFEST = Manifest(
         )),
     ),
     planted=PLANTED,
+    public_boundary=("in-flight pairs: p - r even when m < p (GPipe's fill forgotten)",),
 )
