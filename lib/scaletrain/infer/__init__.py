@@ -19,7 +19,7 @@ One idea per file, in the order a request meets them:
     quant_linear.py   real int8 weights with the scales applied in the matmul; a quantized GPT
     demo.py, benchmark.py   notebook 12's helpers, `python -m scaletrain.bench infer`
 
-Out of scope for now (issue 36): distillation, pruning, assignment a12.
+Not here yet: distillation and pruning.
 """
 
 from scaletrain.infer.beam import beam_search, exhaustive_search, flat_topk
