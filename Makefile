@@ -28,12 +28,10 @@ demo: setup
 	  code=$$?; if [ $$code -eq 3 ]; then echo "(GPU-only checks were not run: no CUDA device here)"; \
 	  elif [ $$code -ne 0 ]; then exit $$code; fi
 
-# Three pytest workers on two cores: the selftests spend about half their time waiting (spawned ranks
-# starting, hanging plants running out their limits), so two workers kept the CPUs 45 % busy.
-# The deployments have their own target.
+# Two pytest workers, one test file (or notebook) at a time each. The deployments have their own target.
 test: setup
 	$(BIN)/python -m autograder release --check
-	$(BIN)/python -m pytest -n 3 --ignore=tests/deploy
+	$(BIN)/python -m pytest -n 2 --ignore=tests/deploy
 
 # The deployments as deployed (minutes; CI runs it after `make test`): a Gradescope package unzipped
 # at /autograder and installed by its own setup.sh (root: a private mount namespace), and a fresh
