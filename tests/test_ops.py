@@ -241,8 +241,9 @@ def test_benchmark_without_gpu_says_so_and_prints_the_traffic_table(tmp_path, mo
     monkeypatch.setenv("SCALETRAIN_BENCH_OUT", str(tmp_path))
     assert bench.main(["kernels", "--quick"]) == 0
     out = capsys.readouterr().out
-    assert "cannot be timed" in out and "naive/fused" in out and "naive/native" in out
+    assert "cannot be timed" in out and "naive/fused" in out and "% copy" in out and "no datasheet" in out
     assert (tmp_path / "kernels_traffic.png").stat().st_size > 10_000
+    assert (tmp_path / "kernels_bandwidth_fp32.png").stat().st_size > 10_000
 
 
 def test_strided_inputs_and_parameters_are_handled():

@@ -1,18 +1,21 @@
-"""`python -m scaletrain.bench kernels [--quick] [--dtype fp32|fp16|bf16] [--peak-gbps X]`
+"""`python -m scaletrain.bench kernels [--quick] [--full] [--dtype fp32,bf16] [--rows M,..] [--sizes N,..]`
 
-On a GPU: for softmax and LayerNorm, forward and backward, at M = 4096 rows and several row
-lengths N, time every fused backend (cuda, triton) beside the naive composed PyTorch version
-(naive.py) and torch's native op, the three timed round-robin (bench.compare_many: one call of
-each per rep, CUDA events, L2 flushed), so a row's two speedups share one measurement of the
-backend. Reported per row: median / p20 / p80 time, GB/s counted on the minimum traffic (2 numel
-for forwards, 3 numel for backwards: the convention of the Triton tutorials' fused-softmax and
-layer-norm benchmarks), % of the
-device's peak DRAM bandwidth, and the speedups over naive and native (medians of per-pair
-ratios). Plot: GB/s vs N.
+For softmax and LayerNorm, forward and backward, at M rows of length N: every backend that runs
+here timed round-robin with the naive composed PyTorch version (naive.py) and torch's native op
+(bench.compare_many: one call of each per rep, CUDA events and L2 flushed on a GPU), so a row's
+ratios share one measurement of the backend.  In the same run the two ceilings (ceiling.py): a
+device-to-device copy (bytes read + written), the practical bandwidth ceiling, and a large matmul
+(bf16 on a GPU, fp32 on a CPU), the compute ceiling.  Reported per row: median / p20 / p80 time,
+GB/s counted on the minimum traffic (2 numel for the forwards, 3 numel for the backwards: the
+Triton tutorials' convention), % of the measured copy, % of the datasheet's DRAM peak (NaN with no
+datasheet), and the speedups over naive and native (medians of per-pair ratios; native reads 1.00).
+Plot: GB/s against N per op, every backend, the ceilings drawn (bench_out/kernels_bandwidth_*.png).
 
-Without a GPU the kernels cannot be timed (the interpreter measures Python, not the kernel), and
-the command says so; it prints the analytic bytes moved instead (naive vs fused vs minimum,
-traffic.py) and times naive vs native on the CPU.  Plot: the bytes-moved bars.
+Shapes: on a GPU the LLM-training grid, M in {4096, 32768} x N in 512..16384, fp32 and bf16 (the
+Triton and CUDA kernels, naive, native); `--quick` M = 4096, N in {1024, 4096}.  On a CPU the fused
+kernels cannot be timed (the Triton interpreter times Python, not a kernel), so the rows are naive
+and native, scaled down to run in seconds (M = 256, N in {512, 2048}); `--full` runs the GPU grid
+anywhere.  The CPU run also prints the analytic bytes moved (naive vs fused vs minimum, traffic.py).
 """
 
 from __future__ import annotations
@@ -25,26 +28,37 @@ import torch
 import torch.nn.functional as F
 
 from scaletrain import bench
-from scaletrain.ops import naive, traffic
+from scaletrain.ops import ceiling, naive, traffic
 from scaletrain.ops.backends import Backend, get_backend
 
-__all__ = ["main", "speed_case", "gpu_rows", "GPU_COLUMNS", "peak_gbps", "make_inputs", "OP_CALLS"]
+__all__ = ["main", "speed_rows", "gpu_rows", "GPU_COLUMNS", "peak_gbps", "make_inputs", "OP_CALLS", "grid"]
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-# Peak DRAM bandwidth (GB/s) by device-name fragment, from the vendors' datasheets.
-PEAK_GBPS = {"H200": 4800.0, "H100 SXM": 3350.0, "H100 PCIe": 2000.0, "H100": 3350.0, "A100-SXM4-80GB": 2039.0,
-             "A100 80GB": 1935.0, "A100": 1555.0, "L40S": 864.0, "A10": 600.0, "V100": 900.0, "T4": 320.0,
-             "RTX 4090": 1008.0, "RTX 3090": 936.0}
+# (rows M, row lengths N, dtypes) per device and mode; the GPU grid is LLM training's: M = batch x
+# sequence tokens, N = the hidden size (LayerNorm) or the attention row / vocabulary (softmax)
+GRIDS = {"full": ((4096, 32768), (512, 1024, 2048, 4096, 8192, 16384), ("fp32", "bf16")),
+         "gpu quick": ((4096,), (1024, 4096), ("fp32",)),
+         "cpu": ((256,), (512, 2048), ("fp32", "bf16")),
+         "cpu quick": ((128,), (512,), ("fp32",))}
+
+
+def grid(*, cuda: bool, quick: bool = False, full: bool = False) -> tuple[tuple[int, ...], tuple[int, ...],
+                                                                        tuple[str, ...]]:
+    """(M values, N values, dtypes) a run covers: the full grid on a GPU or with --full."""
+    if full or (cuda and not quick):
+        return GRIDS["full"]
+    return GRIDS[("gpu" if cuda else "cpu") + (" quick" if quick else "")]
 
 
 def peak_gbps(device: int = 0) -> float | None:
     """Peak DRAM bandwidth of a CUDA device in GB/s: from the memory clock and bus width when
-    torch reports them (2 transfers per clock), else from the datasheet table, else None."""
+    torch reports them (2 transfers per clock), else the datasheet's (ceiling.DATASHEET), else None."""
     props = torch.cuda.get_device_properties(device)
     clock_khz, bus_bits = getattr(props, "memory_clock_rate", 0), getattr(props, "memory_bus_width", 0)
     if clock_khz and bus_bits:
         return 2 * clock_khz * 1e3 * bus_bits / 8 / 1e9
-    return next((v for k, v in PEAK_GBPS.items() if k in props.name), None)
+    sheet = ceiling.datasheet(props.name)
+    return sheet.gbps if sheet else None
 
 
 def make_inputs(op: str, m: int, n: int, dtype: torch.dtype, device: str) -> dict:
@@ -74,90 +88,94 @@ OP_CALLS: dict[tuple[str, str], tuple[Callable, Callable]] = {
 }
 
 
-def speed_case(op: str, direction: str, candidate: Backend, *, m: int, n: int, dtype: torch.dtype,
-               device: str = "cuda", reps: int = 20, warmup: int = 5, pool: int = 3) -> dict:
-    """Time `candidate` against naive and native on fresh inputs (a pool of `pool` input sets,
-    cycled, so no call reuses the previous call's tensors; L2 is flushed between calls anyway)."""
-    sets = [make_inputs(op, m, n, dtype, device) for _ in range(pool)]
+def speed_rows(op: str, direction: str, backends: dict[str, Backend], *, m: int, n: int, dtype: str,
+               ceilings: ceiling.Ceilings, peak: float | None = None, device: str = "cuda", reps: int = 20,
+               warmup: int = 5, pool: int = 3) -> list[dict]:
+    """One row per backend, then naive and native, all timed in one round-robin on fresh inputs (a
+    pool of `pool` input sets, cycled, so no call reuses the previous call's tensors). `peak`: the
+    datasheet GB/s "% datasheet" divides by (default: the ceilings' datasheet)."""
+    sets = [make_inputs(op, m, n, DTYPES[dtype], device) for _ in range(pool)]
     counter = iter(range(10**9))
     setup = lambda: (sets[next(counter) % pool],)  # noqa: E731
     call_backend, call_native = OP_CALLS[(op, direction)]
+    fns: dict[str, Callable] = {name: (lambda t, be=be: call_backend(be, t)) for name, be in backends.items()}
     naive_backend = Backend.from_modules("torch", naive, naive)
-    run = lambda t: call_backend(candidate, t)  # noqa: E731
-    # one round-robin of the three: the row's "x naive" and "x native" come from the same candidate samples
-    cmps = bench.compare_many({"candidate": run, "native": call_native,
-                               "naive": lambda t: call_backend(naive_backend, t)}, "native",
-                              setup=setup, warmup=warmup, reps=reps, device=device)
-    vs_native = cmps["candidate"]
-    vs_naive = bench.Comparison(cmps["candidate"].candidate, cmps["naive"].candidate)
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    nbytes = (2 if direction == "fwd" else 3) * m * n * itemsize
+    fns["naive"] = lambda t: call_backend(naive_backend, t)
+    fns["native"] = call_native
+    cmps = bench.compare_many(fns, "native", setup=setup, warmup=warmup, reps=reps, device=device)
+    nbytes = (2 if direction == "fwd" else 3) * m * n * DTYPES[dtype].itemsize
+    peak = peak or (ceilings.sheet.gbps if ceilings.sheet else None)
+    return [_row(f"{op} {direction}", dtype, m, n, name, cmp, bench.Comparison(cmp.candidate, cmps["naive"].candidate),
+                 bench.gbps(nbytes, cmp.candidate.median), ceilings.copy_gbps, peak) for name, cmp in cmps.items()]
+
+
+def _row(op: str, dtype: str, m: int, n: int, backend: str, vs_native: bench.Comparison,
+         vs_naive: bench.Comparison, gbps: float, copy_gbps: float, peak: float | None) -> dict:
     t = vs_native.candidate
-    return {"op": f"{op} {direction}", "N": n, "backend": candidate.name, "median ms": t.median * 1e3,
-            "p20 ms": t.p20 * 1e3, "p80 ms": t.p80 * 1e3, "GB/s": bench.gbps(nbytes, t.median),
-            "x naive": 1 / vs_naive.ratio, "x native": 1 / vs_native.ratio,
+    return {"op": op, "dtype": dtype, "M": m, "N": n, "backend": backend, "median ms": t.median * 1e3,
+            "p20 ms": t.p20 * 1e3, "p80 ms": t.p80 * 1e3, "GB/s": gbps, "% copy": ceiling.percent(gbps, copy_gbps),
+            "% datasheet": ceiling.percent(gbps, peak), "x naive": 1 / vs_naive.ratio,
+            "x native": 1 / vs_native.ratio,
             "x native p20-p80": f"{1 / vs_native.ratio_p80:.2f}-{1 / vs_native.ratio_p20:.2f}"}
 
 
-def gpu_rows(*, quick: bool = False, dtype: str = "fp32", peak: float | None = None) -> list[dict]:
-    """speed_case rows of every fused backend that builds here, each op, each row length N
-    (M = 4096), with "% peak" (NaN when the peak is unknown)."""
-    m, sizes = 4096, [1024, 4096] if quick else [256, 1024, 4096, 12288]
-    backends = []
+GPU_COLUMNS = ["op", "dtype", "M", "N", "backend", "median ms", "p20 ms", "p80 ms", "GB/s", "% copy", "% datasheet",
+               "x naive", "x native", "x native p20-p80"]
+
+
+def fused_backends() -> dict[str, Backend]:
+    """The fused backends that build here (cuda, triton); why one does not is printed."""
+    found = {}
     for name in ("cuda", "triton"):
         try:
-            backends.append(get_backend(name))
+            found[name] = get_backend(name)
         except Exception as exc:  # e.g. no nvcc: time the others, say why
             print(f"backend {name!r} unavailable: {exc}")
-    rows = []
-    for op, direction in traffic.OPS:
-        for n in sizes:
-            for backend in backends:
-                row = speed_case(op, direction, backend, m=m, n=n, dtype=DTYPES[dtype], reps=10 if quick else 30)
-                row["% peak"] = 100 * row["GB/s"] / peak if peak else float("nan")
-                rows.append(row)
-    return rows
+    return found
 
 
-GPU_COLUMNS = ["op", "N", "backend", "median ms", "p20 ms", "p80 ms", "GB/s", "% peak", "x naive", "x native",
-               "x native p20-p80"]
+def gpu_rows(*, quick: bool = False, dtype: str = "fp32", peak: float | None = None, rows: tuple[int, ...] = (4096,),
+             sizes: tuple[int, ...] | None = None, ceilings: ceiling.Ceilings | None = None,
+             backends: dict[str, Backend] | None = None, device: str = "cuda") -> list[dict]:
+    """speed_rows of every op at each M in `rows` and N in `sizes` (default 512, 1024, 4096, 16384;
+    quick: 1024, 4096), the ceilings measured first unless given."""
+    ceilings = ceilings or ceiling.measure(device, quick=quick)
+    backends = fused_backends() if backends is None else backends
+    sizes = sizes or ((1024, 4096) if quick else (512, 1024, 4096, 16384))
+    reps = 10 if quick else 20
+    return [r for op, direction in traffic.OPS for m in rows for n in sizes
+            for r in speed_rows(op, direction, backends, m=m, n=n, dtype=dtype, ceilings=ceilings, peak=peak,
+                                device=device, reps=reps, warmup=2 if device == "cpu" else 5)]
 
 
-def _gpu(args) -> int:
-    peak = args.peak_gbps or peak_gbps()
-    print(f"{torch.cuda.get_device_name()}: M = 4096, {args.dtype}, peak DRAM "
-          f"{'%.0f GB/s' % peak if peak else 'unknown (pass --peak-gbps)'}")
-    rows = gpu_rows(quick=args.quick, dtype=args.dtype, peak=peak)
-    print(bench.format_table(rows, GPU_COLUMNS))
-    _plot_bandwidth(rows, peak, args.dtype)
+def _run(args, device: str) -> int:
+    cuda = device == "cuda"
+    ms, ns, dtypes = grid(cuda=cuda, quick=args.quick, full=args.full)
+    ms, ns, dtypes = args.rows or ms, args.sizes or ns, args.dtype or dtypes
+    ceilings = ceiling.measure(device, quick=args.quick)
+    peak = args.peak_gbps or (ceilings.sheet.gbps if ceilings.sheet else None)
+    print(f"{ceilings.device}: M = {', '.join(map(str, ms))}; ceilings measured in this run "
+          f"(datasheet: {ceilings.sheet.source if ceilings.sheet else 'none for this device'}):")
+    print(bench.format_table(ceiling.ceiling_rows(ceilings)))
+    if not cuda:
+        print("(rows this small stay in the CPU's caches, the copy's buffers do not: % copy can pass 100 here)")
+    backends = fused_backends() if cuda else {}
+    for dtype in dtypes:
+        rows = gpu_rows(quick=args.quick, dtype=dtype, peak=peak, rows=ms, sizes=ns, ceilings=ceilings,
+                        backends=backends, device=device)
+        print(f"\n{dtype}:\n{bench.format_table(rows, GPU_COLUMNS)}")
+        _plot_bandwidth(rows, ceilings, peak, dtype)
     return 0
 
 
-def _cpu(args) -> int:
+def _cpu_traffic(args) -> None:
     print("No CUDA device: the fused kernels cannot be timed here (the Triton interpreter times "
-          "Python, not a kernel).\nAnalytic DRAM traffic instead (traffic.py; fp32, M = 4096):")
+          "Python, not a kernel); the rows below time naive and native only.\n"
+          "Analytic DRAM traffic of the fused kernels instead (traffic.py; fp32, M = 4096):")
     rows = [r for n in ([1024, 4096] if args.quick else [256, 1024, 4096, 12288])
             for r in traffic.traffic_rows(4096, n, itemsize=4)]
-    print(bench.format_table(rows))
-    m, n = (512, 512) if args.quick else (1024, 1024)
-    print(f"\nMeasured on this CPU (naive composed vs torch native, {m} x {n} fp32, "
-          "paired protocol; ratio > 1: naive slower):")
-    measured = []
-    for op, direction in traffic.OPS:
-        call_backend, call_native = OP_CALLS[(op, direction)]
-        t = make_inputs(op, m, n, torch.float32, "cpu")
-        naive_backend = Backend.from_modules("torch", naive, naive)
-        c = bench.compare(lambda: call_backend(naive_backend, t), lambda: call_native(t), warmup=2,
-                          reps=5 if args.quick else 15)
-        nv, lo = traffic.naive(op, direction, m, n), traffic.minimum(op, direction, m, n)
-        measured.append({"op": f"{op} {direction}", "naive ms": c.candidate.median * 1e3,
-                         "native ms": c.baseline.median * 1e3, "naive/native": c.ratio,
-                         "p20": c.ratio_p20, "p80": c.ratio_p80, "naive/min bytes": nv.total / lo.total})
-    print(bench.format_table(measured))
+    print(bench.format_table(rows) + "\n")
     _plot_traffic(rows)
-    return 0
-
-
 def _plot_traffic(rows: list[dict]) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -177,34 +195,63 @@ def _plot_traffic(rows: list[dict]) -> None:
     print(f"plot: {bench.save_figure(fig, 'kernels_traffic.png')}")
 
 
-def _plot_bandwidth(rows: list[dict], peak: float | None, dtype: str) -> None:
+def _plot_bandwidth(rows: list[dict], ceilings: ceiling.Ceilings, peak: float | None, dtype: str) -> None:
+    """GB/s against N, one panel per op, a line per (backend, M); the measured copy and the datasheet drawn."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(2, 2, figsize=(10, 7), sharex=True)
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=True)
+    styles = dict(zip(sorted({r["M"] for r in rows}), ("o-", "s--", "^:")))
     for ax, (op, direction) in zip(axes.flat, traffic.OPS):
-        for backend in sorted({r["backend"] for r in rows}):
-            sel = [r for r in rows if r["op"] == f"{op} {direction}" and r["backend"] == backend]
-            ax.plot([r["N"] for r in sel], [r["GB/s"] for r in sel], "o-", label=backend)
+        for backend in dict.fromkeys(r["backend"] for r in rows):
+            for m, style in styles.items():
+                sel = [r for r in rows if r["op"] == f"{op} {direction}" and r["backend"] == backend and r["M"] == m]
+                ax.plot([r["N"] for r in sel], [r["GB/s"] for r in sel], style, label=f"{backend}, M = {m}")
+        ax.axhline(ceilings.copy_gbps, color="k", lw=1.2, label=f"copy (measured) {ceilings.copy_gbps:.0f} GB/s")
         if peak:
-            ax.axhline(peak, color="k", ls="--", lw=0.8, label="peak DRAM")
+            ax.axhline(peak, color="k", ls="--", lw=0.8, label=f"datasheet {peak:.0f} GB/s")
         ax.set_xscale("log", base=2)
         ax.set_title(f"{op} {direction}")
-        ax.set_ylabel("GB/s")
-        ax.legend(fontsize=8)
+        ax.set_ylabel("GB/s (minimum traffic)")
     for ax in axes[1]:
-        ax.set_xlabel("N (row length), M = 4096")
-    fig.suptitle(f"Fused kernels, {dtype}: GB/s on the minimum traffic")
+        ax.set_xlabel("N (row length)")
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle(f"{ceilings.device}, {dtype}: GB/s against the copy ceiling")
     fig.tight_layout()
-    print(f"plot: {bench.save_figure(fig, 'kernels_bandwidth.png')}")
+    print(f"plot: {bench.save_figure(fig, f'kernels_bandwidth_{dtype}.png')}")
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"comma-separated integers, e.g. 4096,32768; got {text!r}") from None
+    if min(values) < 1:
+        raise argparse.ArgumentTypeError(f"sizes must be positive; got {text!r}")
+    return values
+
+
+def _dtypes(text: str) -> tuple[str, ...]:
+    values = tuple(text.split(","))
+    if set(values) - set(DTYPES):
+        raise argparse.ArgumentTypeError(f"comma-separated dtypes among {', '.join(DTYPES)}, e.g. fp32,bf16; "
+                                         f"got {text!r}")
+    return values
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scaletrain.bench kernels", description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="two sizes, fewer repetitions")
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
-    parser.add_argument("--peak-gbps", type=float, default=None, help="override the device's peak DRAM GB/s")
+    parser.add_argument("--quick", action="store_true", help="two sizes, fp32, fewer repetitions")
+    parser.add_argument("--full", action="store_true", help="the GPU grid (M 4096, 32768; N 512..16384; fp32, bf16) "
+                                                            "on a CPU too (minutes)")
+    parser.add_argument("--dtype", type=_dtypes, default=None, help="dtypes, e.g. fp32,bf16")
+    parser.add_argument("--rows", type=_sizes, default=None, help="M values, e.g. 4096,32768")
+    parser.add_argument("--sizes", type=_sizes, default=None, help="N values, e.g. 512,4096,16384")
+    parser.add_argument("--peak-gbps", type=float, default=None, help="override the datasheet's DRAM GB/s")
     args = parser.parse_args(argv)
     if args.peak_gbps is not None and not (args.peak_gbps > 0 and math.isfinite(args.peak_gbps)):
         parser.error("--peak-gbps must be a positive number")
-    return _gpu(args) if torch.cuda.is_available() else _cpu(args)
+    if torch.cuda.is_available():
+        return _run(args, "cuda")
+    _cpu_traffic(args)
+    return _run(args, "cpu")
