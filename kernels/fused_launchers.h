@@ -1,4 +1,4 @@
-// C signatures of the launchers in attention.cu and cross_entropy.cu (module 1b), beside
+// C signatures of the launchers in attention.cu, attention_mma.cu and cross_entropy.cu (module 1b), beside
 // launchers.h's softmax and LayerNorm.  attention_binding.cpp includes only this header, so the
 // .cu files compile without torch.  Every launcher returns the CUDA error of its launch
 // (cudaSuccess == 0); dtype is a StDtype (launchers.h) naming the storage of the float tensors.
@@ -16,6 +16,15 @@ extern "C" {
 int st_attention_fwd(int dtype, const void* q, const void* k, const void* v, void* o, float* lse,
                      int64_t bh, int64_t seq_q, int64_t seq_k, int64_t head_dim, float scale, int causal,
                      cudaStream_t stream);
+
+// The same forward on tensor cores (attention_mma.cu: mma.sync, sm_80+), for fp16 / bf16 at
+// head_dim 64 or 128 with k, v 16-byte and q, o 4-byte aligned: st_attention_fwd_mma_supported
+// says whether it applies (else st_attention_fwd_mma returns cudaErrorInvalidValue).
+int st_attention_fwd_mma_supported(int dtype, int64_t head_dim, const void* q, const void* k, const void* v,
+                                   const void* o);
+int st_attention_fwd_mma(int dtype, const void* q, const void* k, const void* v, void* o, float* lse,
+                         int64_t bh, int64_t seq_q, int64_t seq_k, int64_t head_dim, float scale, int causal,
+                         cudaStream_t stream);
 
 // FlashAttention backward: dq like q, dk and dv like k, from o, d_o and the forward's lse; delta is
 // an fp32 workspace of bh * seq_q elements (it receives D = rowsum(d_o * o)).

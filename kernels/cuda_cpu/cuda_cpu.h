@@ -18,7 +18,8 @@
 // __syncwarp, __shfl_sync/_up/_down/_xor (width included), __ballot_sync/__any_sync/__all_sync,
 // atomics (plain read-modify-write: only one thread runs at a time), __half/__nv_bfloat16 with
 // round-to-nearest-even conversions, float2/float4/int4, the fast-math intrinsics (computed with
-// the precise libm function), min/max, cudaGetLastError.  Not modelled: timing, occupancy,
+// the precise libm function), min/max, cudaGetLastError, the tensor-core mma.sync m16n8k16 (fp16 /
+// bf16 in, fp32 accumulate; kernels/mma.cuh).  Not modelled: timing, occupancy,
 // coalescing, bank conflicts, memory ordering between blocks, independent thread scheduling
 // beyond synchronization points, texture/constant caches, streams (launches are synchronous).
 #pragma once
@@ -86,7 +87,7 @@ inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }  // launches 
 
 // ---- synchronization and warp collectives (the fiber yields to the scheduler) ------------------
 namespace cuda_emu {
-enum Op { kSyncWarp, kShflIdx, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll };
+enum Op { kSyncWarp, kShflIdx, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll, kMma };
 void syncthreads(const char* file, int line);
 // Waits until every lane of `mask` is in the same collective; `in`/`out`: this lane's bytes.
 void warp_op(Op op, const char* file, int line, unsigned mask, const void* in, void* out, int size, int param,
@@ -124,6 +125,18 @@ inline void syncwarp(const char* file, int line, unsigned mask = 0xffffffffu) {
 inline void __threadfence() {}
 inline void __threadfence_block() {}
 template <typename T> inline T __ldg(const T* p) { return *p; }
+
+// ---- tensor cores: mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32 ------------
+// Kernels reach it through kernels/mma.cuh, whose inline PTX nvcc compiles and whose `#ifdef
+// CUDA_EMU` branch calls this: a warp collective of all 32 lanes, each passing the registers the
+// PTX ISA assigns it (a: four .b32 of two 16-bit elements, b: two, c and d: four fp32), which
+// runtime.cpp reassembles into A (16 x 16), B (16 x 8), C by the ISA's documented fragment layout,
+// multiplies, and scatters back: elements a kernel puts in the wrong register land in the wrong
+// place of A or B, as on the GPU.  type: 1 fp16, 2 bf16 (StDtype).
+namespace cuda_emu {
+void mma_sync(const char* file, int line, int type, float* d, const uint32_t* a, const uint32_t* b, const float* c);
+}  // namespace cuda_emu
+#define CUDA_EMU 1
 
 // One thread runs at a time and switches only at synchronization points: plain read-modify-write,
 // outside the race check (an atomic is not a race), recorded as a write for later plain reads.

@@ -61,7 +61,7 @@ struct Fiber {
   Op op;
   unsigned mask;
   int param, width, size;
-  unsigned char in[16], out[16];
+  unsigned char in[40], out[16];  // in: a shuffle's value, or an mma's a, b, c registers
 };
 
 struct Region { char* map; size_t map_len; char* p; size_t n; std::string name; bool writable; };
@@ -131,7 +131,8 @@ void fail(int code, const std::string& what) {
 
 const char* op_name(Op op) {
   static const char* names[] = {"__syncwarp", "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync",
-                                "__shfl_xor_sync", "__ballot_sync", "__any_sync", "__all_sync"};
+                                "__shfl_xor_sync", "__ballot_sync", "__any_sync", "__all_sync",
+                                "mma.sync.m16n8k16"};
   return names[op];
 }
 
@@ -300,6 +301,44 @@ void run(int i) {
 // ---- warp collectives ---------------------------------------------------------------------------
 int lanes_in(int warp, int threads) { return threads - warp * 32 < 32 ? threads - warp * 32 : 32; }
 
+// mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16} for the 32 lanes from `base` (PTX ISA,
+// "Matrix Fragments for mma.m16n8k16 with floating point type"): with g = lane / 4 (groupID) and
+// t = lane % 4 (threadID_in_group), a lane holds A[g + 8 ((i / 2) % 2)][2 t + i % 2 + 8 (i / 4)] as
+// 16-bit element i < 8 of its a registers (element 2 r in the low half of register r), B[2 t + i % 2
+// + 8 (i / 2)][g] as element i < 4 of b, and C, D[g + 8 (i / 2)][2 t + i % 2] as c[i], d[i].  The
+// products are exact in fp32 and summed in double, then rounded once: the GPU's own order and
+// rounding of the sum are unspecified (a few fp32 ulps apart).
+void mma_m16n8k16(int base, int type) {
+  float A[16][16], B[16][8], C[16][8];
+  const auto element = [type](uint32_t reg, int i) {
+    const uint16_t h = static_cast<uint16_t>(reg >> (16 * (i % 2)));
+    return type == 2 ? bf16_to_float(h) : half_to_float(h);
+  };
+  for (int lane = 0; lane < 32; ++lane) {
+    uint32_t a[4], b[2];
+    float c[4];
+    const unsigned char* in = rt.fibers[base + lane].in;
+    memcpy(a, in, 16);
+    memcpy(b, in + 16, 8);
+    memcpy(c, in + 24, 16);
+    const int g = lane / 4, t = lane % 4;
+    for (int i = 0; i < 8; ++i) A[g + 8 * ((i / 2) % 2)][2 * t + i % 2 + 8 * (i / 4)] = element(a[i / 2], i);
+    for (int i = 0; i < 4; ++i) B[2 * t + i % 2 + 8 * (i / 2)][g] = element(b[i / 2], i);
+    for (int i = 0; i < 4; ++i) C[g + 8 * (i / 2)][2 * t + i % 2] = c[i];
+  }
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, t = lane % 4;
+    float d[4];
+    for (int i = 0; i < 4; ++i) {
+      const int r = g + 8 * (i / 2), n = 2 * t + i % 2;
+      double sum = C[r][n];
+      for (int k = 0; k < 16; ++k) sum += static_cast<double>(A[r][k]) * B[k][n];
+      d[i] = static_cast<float>(sum);
+    }
+    memcpy(rt.fibers[base + lane].out, d, sizeof d);
+  }
+}
+
 // Completes the collectives of `warp` whose every lane has arrived; false if none could.
 bool resolve_warp(int warp, int threads) {
   const int base = warp * 32, lanes = lanes_in(warp, threads);
@@ -333,6 +372,7 @@ bool resolve_warp(int warp, int threads) {
       complete = g.state == State::Warp && g.mask == mask && g.op == f.op;
     }
     if (!complete) continue;
+    if (f.op == kMma) mma_m16n8k16(base, f.param);  // its mask is the whole warp (mma_sync)
     unsigned ballot = 0;
     for (int k = 0; k < lanes; ++k)
       if ((mask & (1u << k)) && *reinterpret_cast<const unsigned*>(rt.fibers[base + k].in)) ballot |= 1u << k;
@@ -342,7 +382,7 @@ bool resolve_warp(int warp, int threads) {
       if (g.op == kBallot || g.op == kAny || g.op == kAll) {
         const unsigned r = g.op == kBallot ? ballot : g.op == kAny ? ballot != 0 : ballot == (mask & existing);
         memcpy(g.out, &r, sizeof r);
-      } else if (g.op != kSyncWarp) {
+      } else if (g.op != kSyncWarp && g.op != kMma) {
         const int w = g.width, seg = k / w, idx = k % w;
         int src = k;
         if (g.op == kShflIdx) src = seg * w + (g.param & (w - 1));
@@ -665,6 +705,25 @@ void warp_op(Op op, const char* file, int line, unsigned mask, const void* in, v
   yield_to_scheduler();
   Fiber& g = rt.fibers[rt.current];  // the same fiber, resumed
   if (out && g.size) memcpy(out, g.out, g.size);
+}
+
+// .aligned: all 32 lanes execute the same mma, so its mask is the whole warp; a lane that exited
+// first, or a warp of fewer than 32 threads, is reported by resolve_warp.
+void mma_sync(const char* file, int line, int type, float* d, const uint32_t* a, const uint32_t* b, const float* c) {
+  Fiber& f = rt.fibers[rt.current];
+  f.state = State::Warp;
+  f.op = kMma;
+  f.file = file;
+  f.line = line;
+  f.mask = 0xffffffffu;
+  f.param = type;
+  f.width = 32;
+  f.size = 0;
+  memcpy(f.in, a, 16);
+  memcpy(f.in + 16, b, 8);
+  memcpy(f.in + 24, c, 16);
+  yield_to_scheduler();
+  memcpy(d, rt.fibers[rt.current].out, 16);
 }
 
 void* dynamic_shared() { return rt.dyn_smem; }

@@ -1,4 +1,5 @@
-"""kernels/attention.cu (forward, backward) and kernels/cross_entropy.cu run unmodified on a CPU, in the CUDA emulator.
+"""kernels/attention.cu (forward, backward), kernels/attention_mma.cu (the tensor-core forward) and
+kernels/cross_entropy.cu run unmodified on a CPU, in the CUDA emulator.
 
 scaletrain.ops.toolchain.cuda_cpu compiles .cu files as host C++ against its shim (32-lane warps, block
 barriers, warp shuffles) and runs their extern "C" launchers; this module declares module 1b's
@@ -18,7 +19,10 @@ import torch
 from scaletrain.ops.toolchain import cuda_cpu
 from scaletrain.ops.interface import KERNELS_DIR
 
-__all__ = ["attention_fwd", "attention_bwd", "cross_entropy_fwd", "cross_entropy_bwd"]
+__all__ = ["attention_fwd", "attention_fwd_mma", "attention_bwd", "cross_entropy_fwd", "cross_entropy_bwd",
+           "MMA_HEAD_DIMS"]
+
+MMA_HEAD_DIMS = (64, 128)  # the head dims attention_mma.cu is instantiated for
 
 _DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}  # StDtype of launchers.h
 _P, _I = c.c_void_p, c.c_int64
@@ -39,6 +43,15 @@ def _library():
     return lib
 
 
+@functools.cache
+def _mma_library(folder: str):
+    """attention_mma.cu of `folder` (a planted variant in the tests), with kernels/'s headers."""
+    lib = cuda_cpu.load(folder, include=KERNELS_DIR, sources=("attention_mma.cu",))
+    lib.dll.st_attention_fwd_mma.restype = c.c_int
+    lib.dll.st_attention_fwd_mma.argtypes = _SIGNATURES["st_attention_fwd"]
+    return lib
+
+
 def _nan(shape, dtype) -> torch.Tensor:
     return torch.full(shape, float("nan"), dtype=dtype)
 
@@ -51,6 +64,22 @@ def attention_fwd(q, k, v, causal: bool = False, scale: float | None = None):
     o, lse = _nan(q.shape, q.dtype), _nan((bh, seq_q), torch.float32)
     _library().call("attention forward", "st_attention_fwd", _DTYPES[q.dtype], q.data_ptr(), k.data_ptr(),
                     v.data_ptr(), o.data_ptr(), lse.data_ptr(), bh, seq_q, k.shape[1], d, scale, int(causal), None)
+    return o, lse
+
+
+def attention_fwd_mma(q, k, v, causal: bool = False, scale: float | None = None, *, folder=KERNELS_DIR):
+    """(O, L) of attention_mma.cu (mma.sync fragments, emulated by their PTX layout) for contiguous
+    fp16 / bf16 CPU q (BH, seq_q, d), k, v (BH, seq_k, d), d in MMA_HEAD_DIMS; ValueError otherwise."""
+    bh, seq_q, d = q.shape
+    if q.dtype not in (torch.float16, torch.bfloat16) or d not in MMA_HEAD_DIMS:
+        raise ValueError(f"attention_mma.cu runs fp16 / bf16 at head dim {' or '.join(map(str, MMA_HEAD_DIMS))}, "
+                         f"got {q.dtype} at head dim {d}; attention.cu's attention_fwd covers the rest")
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    q, k, v = (t.contiguous() for t in (q, k, v))
+    o, lse = _nan(q.shape, q.dtype), _nan((bh, seq_q), torch.float32)
+    _mma_library(str(folder)).call("attention forward (tensor cores)", "st_attention_fwd_mma", _DTYPES[q.dtype],
+                                   q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), bh, seq_q,
+                                   k.shape[1], d, scale, int(causal), None)
     return o, lse
 
 

@@ -1,0 +1,203 @@
+// FlashAttention-2's forward on tensor cores: O = softmax(Q K^T * scale) V for fp16 / bf16 storage
+// at head dim 64 or 128 (sm_80+), fp32 accumulation and softmax.  attention.cu's scalar kernel
+// remains the fallback (fp32, other head dims, older GPUs) and the backward.
+// `nvcc -std=c++17 -arch=sm_80 -c kernels/attention_mma.cu`.
+//
+// The work split of Dao 2023 (FlashAttention-2, Algorithm 1 and Sec. 3.3): a CTA of kWarps warps
+// owns kBlockM = 16 kWarps query rows, each warp 16 of them, and walks the key tiles of kBlockN keys
+// staged in shared memory; no warp shares its rows, so the softmax never crosses warps.  Per tile a
+// warp computes its 16 x kBlockN scores S = Q K^T with mma.sync m16n8k16 (kernels/mma.cuh), keeps
+// the running row max m and sum l (Milakov & Gimelshein's online softmax), rescales its output
+// accumulator by exp(m_old - m_new) and adds P V, P being the score fragment itself re-packed as
+// the next mma's A operand (a C fragment of two adjacent 8-key blocks is an A fragment of 16 keys).
+// The division by l happens once, at the end (FlashAttention-2's first tweak).  Causal: key tiles
+// past the CTA's last query are never loaded; only the tiles that cross the diagonal or the end of
+// the keys are masked.  exp2 with log2(e) folded into the scale, as FlashAttention-2's kernels do.
+#include "fused_launchers.h"
+#include "kernel_utils.cuh"
+#include "mma.cuh"
+
+namespace st {
+
+constexpr int kMmaWarps = 4;                // warps per CTA, 16 query rows each
+constexpr int kBlockM = 16 * kMmaWarps;     // query rows per CTA
+constexpr int kBlockN = 64;                 // keys per shared-memory tile
+constexpr int kPad = 8;                     // 16-bit elements of padding per shared row: a row is 4 banks
+                                            // further along, so the 8 groups of a fragment load differ
+
+// The 32 bits of two consecutive 16-bit elements p[0], p[1] (p[0] in the low half).
+__device__ __forceinline__ uint32_t pair(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// rows kBlockN x (D + kPad) of K or V (16-bit elements) from row `first` of the head; rows past
+// `seq_k` are zero (0 x NaN would poison P V).  16-byte copies: the launcher checks the alignment.
+template <int D>
+__device__ __forceinline__ void load_tile(uint16_t (*dst)[D + kPad], const uint16_t* src, int64_t first,
+                                          int64_t seq_k) {
+  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  for (int i = threadIdx.x; i < kBlockN * kChunks; i += kWarp * kMmaWarps) {
+    const int r = i / kChunks, c = i % kChunks * 8;
+    const int4 zero = {0, 0, 0, 0};
+    *reinterpret_cast<int4*>(&dst[r][c]) =
+        first + r < seq_k ? *reinterpret_cast<const int4*>(src + (first + r) * D + c) : zero;
+  }
+}
+
+template <typename T, int D, bool CAUSAL>
+__global__ void __launch_bounds__(kWarp * kMmaWarps)
+attention_fwd_mma(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
+                  float* __restrict__ lse, int64_t seq_q, int64_t seq_k, float scale_log2) {
+  __shared__ __align__(16) uint16_t k_s[kBlockN][D + kPad];
+  __shared__ __align__(16) uint16_t v_s[kBlockN][D + kPad];
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int g = lane / 4, t = lane % 4;  // the PTX fragment layout's groupID, threadID_in_group
+  const int64_t bh = blockIdx.y, m0 = static_cast<int64_t>(blockIdx.x) * kBlockM;
+  const int64_t row[2] = {m0 + warp * 16 + g, m0 + warp * 16 + g + 8};  // this lane's two query rows
+  const uint16_t* qh = reinterpret_cast<const uint16_t*>(q) + bh * seq_q * D;
+  const uint16_t* kh = reinterpret_cast<const uint16_t*>(k) + bh * seq_k * D;
+  const uint16_t* vh = reinterpret_cast<const uint16_t*>(v) + bh * seq_k * D;
+
+  // Q as A fragments, one per 16 columns, straight from global memory (read once); rows past the
+  // end are zero and are never stored
+  uint32_t qa[D / 16][4];
+#pragma unroll
+  for (int s = 0; s < D / 16; ++s)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int64_t qr = row[r % 2];
+      qa[s][r] = qr < seq_q ? pair(qh + qr * D + s * 16 + 2 * t + 8 * (r / 2)) : 0u;
+    }
+  float acc[D / 8][4];  // O (16 x D): one C fragment per 8 columns
+#pragma unroll
+  for (int x = 0; x < D / 8; ++x)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[x][e] = 0.f;
+  float m[2] = {-CUDART_INF_F, -CUDART_INF_F}, l[2] = {0.f, 0.f};  // per row; l: this lane's share
+
+  const int64_t key_end = CAUSAL ? min(seq_k, m0 + kBlockM) : seq_k;
+  for (int64_t tile = 0; tile < key_end; tile += kBlockN) {
+    __syncthreads();  // every warp is done with the previous tile
+    load_tile<D>(k_s, kh, tile, seq_k);
+    load_tile<D>(v_s, vh, tile, seq_k);
+    __syncthreads();
+
+    float s[kBlockN / 8][4];  // S (16 x kBlockN): one C fragment per 8 keys
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[j][e] = 0.f;
+#pragma unroll
+      for (int c = 0; c < D / 16; ++c) {  // B = K^T: B[kk][n] = K[n][kk], two consecutive kk per register
+        const uint32_t b[2] = {pair(&k_s[j * 8 + g][c * 16 + 2 * t]), pair(&k_s[j * 8 + g][c * 16 + 2 * t + 8])};
+        mma_m16n8k16<T>(s[j], qa[c], b);
+      }
+    }
+    const bool edge = tile + kBlockN > seq_k || (CAUSAL && tile + kBlockN - 1 > m0 + warp * 16);
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t key = tile + j * 8 + 2 * t + e % 2;
+        const bool hidden = edge && (key >= seq_k || (CAUSAL && key > row[e / 2]));
+        s[j][e] = hidden ? -CUDART_INF_F : s[j][e] * scale_log2;
+      }
+    // online softmax: a row's kBlockN scores sit in the 4 lanes of its group (2 per 8-key block)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = m[h];
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      // a row that has seen only hidden keys keeps m = -inf: subtract 0 instead (exp2(-inf) = 0)
+      const float base = mx == -CUDART_INF_F ? 0.f : mx;
+      const float alpha = exp2f(m[h] - base);
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j)
+#pragma unroll
+        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+          s[j][e] = exp2f(s[j][e] - base);
+          sum += s[j][e];
+        }
+      l[h] = l[h] * alpha + sum;
+      m[h] = mx;
+#pragma unroll
+      for (int x = 0; x < D / 8; ++x) {
+        acc[x][2 * h] *= alpha;
+        acc[x][2 * h + 1] *= alpha;
+      }
+    }
+    // O += P V, 16 keys at a time: P's C fragments of keys 16c.. and 16c+8.. are the A fragment
+#pragma unroll
+    for (int c = 0; c < kBlockN / 16; ++c) {
+      const uint32_t pa[4] = {MmaType<T>::pack(s[2 * c][0], s[2 * c][1]), MmaType<T>::pack(s[2 * c][2], s[2 * c][3]),
+                              MmaType<T>::pack(s[2 * c + 1][0], s[2 * c + 1][1]),
+                              MmaType<T>::pack(s[2 * c + 1][2], s[2 * c + 1][3])};
+      const int key = c * 16 + 2 * t;
+#pragma unroll
+      for (int x = 0; x < D / 8; ++x) {  // B = V: B[kk][n] = V[kk][n], two keys (rows) per register
+        const int col = x * 8 + g;
+        const uint32_t b[2] = {v_s[key][col] | static_cast<uint32_t>(v_s[key + 1][col]) << 16,
+                               v_s[key + 8][col] | static_cast<uint32_t>(v_s[key + 9][col]) << 16};
+        mma_m16n8k16<T>(acc[x], pa, b);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);  // the row's sum over its 4 lanes
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    if (row[h] >= seq_q) continue;
+    const float inv_l = 1.f / l[h];
+    uint32_t* orow = reinterpret_cast<uint32_t*>(reinterpret_cast<uint16_t*>(o) + (bh * seq_q + row[h]) * D);
+#pragma unroll
+    for (int x = 0; x < D / 8; ++x) orow[(x * 8 + 2 * t) / 2] = MmaType<T>::pack(acc[x][2 * h] * inv_l, acc[x][2 * h + 1] * inv_l);
+    if (t == 0) lse[bh * seq_q + row[h]] = (m[h] + log2f(l[h])) * 0.6931471805599453f;  // back to base e
+  }
+}
+
+template <typename T, int D>
+cudaError_t launch_fwd_mma(const void* q, const void* k, const void* v, void* o, float* lse, int64_t bh,
+                           int64_t seq_q, int64_t seq_k, float scale, bool causal, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((seq_q + kBlockM - 1) / kBlockM), static_cast<unsigned>(bh));
+  const float scale_log2 = scale * 1.4426950408889634f;  // exp(x s) = exp2(x s log2(e))
+  auto args = [&](auto kernel) {
+    kernel<<<grid, kWarp * kMmaWarps, 0, stream>>>(static_cast<const T*>(q), static_cast<const T*>(k),
+                                                    static_cast<const T*>(v), static_cast<T*>(o), lse, seq_q, seq_k,
+                                                    scale_log2);
+  };
+  if (causal) args(attention_fwd_mma<T, D, true>);
+  else args(attention_fwd_mma<T, D, false>);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_attention_fwd_mma(const void* q, const void* k, const void* v, void* o, float* lse, int64_t bh,
+                                     int64_t seq_q, int64_t seq_k, int64_t head_dim, float scale, bool causal,
+                                     cudaStream_t stream) {
+  if (head_dim == 64) return launch_fwd_mma<T, 64>(q, k, v, o, lse, bh, seq_q, seq_k, scale, causal, stream);
+  return launch_fwd_mma<T, 128>(q, k, v, o, lse, bh, seq_q, seq_k, scale, causal, stream);
+}
+
+}  // namespace st
+
+extern "C" int st_attention_fwd_mma_supported(int dtype, int64_t head_dim, const void* q, const void* k,
+                                              const void* v, const void* o) {
+  const auto aligned = [](const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; };
+  return (dtype == ST_FLOAT16 || dtype == ST_BFLOAT16) && (head_dim == 64 || head_dim == 128) &&
+         aligned(k, 16) && aligned(v, 16) && aligned(q, 4) && aligned(o, 4);
+}
+
+extern "C" int st_attention_fwd_mma(int dtype, const void* q, const void* k, const void* v, void* o, float* lse,
+                                    int64_t bh, int64_t seq_q, int64_t seq_k, int64_t head_dim, float scale,
+                                    int causal, cudaStream_t stream) {
+  if (!st_attention_fwd_mma_supported(dtype, head_dim, q, k, v, o)) return cudaErrorInvalidValue;
+  if (bh == 0 || seq_q == 0) return cudaSuccess;
+  if (seq_k == 0 || bh > 65535) return cudaErrorInvalidValue;  // gridDim.y limit
+  if (dtype == ST_FLOAT16)
+    return st::launch_attention_fwd_mma<__half>(q, k, v, o, lse, bh, seq_q, seq_k, head_dim, scale, causal != 0,
+                                                stream);
+  return st::launch_attention_fwd_mma<__nv_bfloat16>(q, k, v, o, lse, bh, seq_q, seq_k, head_dim, scale,
+                                                     causal != 0, stream);
+}

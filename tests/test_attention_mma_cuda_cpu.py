@@ -1,0 +1,133 @@
+"""kernels/attention_mma.cu, FlashAttention-2's forward on tensor cores (mma.sync m16n8k16), run on
+the CPU by the CUDA emulator, whose mma rebuilds A and B from every lane's registers by the PTX
+ISA's fragment layout (kernels/cuda_cpu/runtime.cpp, mma_m16n8k16):
+
+* its O and L against torch's attention in float64 on the same rounded inputs: head dims 64 and
+  128, fp16 and bf16, causal and not, sequences that end inside a 64-row block and a 64-key tile,
+  seq_q != seq_k, several CTAs and heads;
+* what it does not run (fp32, other head dims) is refused with a clear error;
+* planted wrong fragment layouts (V's B fragment read transposed, Q's A registers in the wrong
+  order) compile, run, and give wrong numbers: the emulator models the layout, it does not
+  ignore it;
+* the emulator's mma itself: one warp's D = A B + C from fragments written out by the ISA's
+  table, and a lane that leaves before the mma is named.
+The GPU run of the same kernel against SDPA: test_attention_triton.py's `gpu` tests with backend
+"cuda" (fp16 / bf16 at head dim 64 pick this kernel); its compile check: test_attention_mma_compile.py."""
+
+import ctypes
+import shutil
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from scaletrain.ops.interface import KERNELS_DIR
+from scaletrain.testing import TOLERANCE, assert_close
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+                                reason="no host C++ compiler: the CUDA emulator cannot build")
+
+
+def _reference(q, k, v, causal):
+    qd, kd, vd = (t.double() for t in (q, k, v))
+    seq_q, seq_k, d = q.shape[1], k.shape[1], q.shape[2]
+    hidden = torch.full((seq_q, seq_k), -torch.inf, dtype=torch.float64).triu(1) if causal else 0.0
+    return (F.scaled_dot_product_attention(qd, kd, vd, is_causal=causal),
+            torch.logsumexp(qd @ kd.transpose(1, 2) / d ** 0.5 + hidden, -1))
+
+
+def _inputs(bh, seq_q, seq_k, d, dtype, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(bh, s, d, generator=gen).to(dtype) for s in (seq_q, seq_k, seq_k))
+
+
+@pytest.mark.parametrize("bh,seq_q,seq_k,d,causal,dtype", [
+    (2, 70, 70, 64, True, torch.float16), (3, 17, 17, 64, False, torch.bfloat16),
+    (1, 130, 90, 64, True, torch.bfloat16), (1, 33, 150, 128, False, torch.float16),
+    (2, 64, 128, 128, True, torch.bfloat16), (1, 1, 1, 128, True, torch.float16)])
+def test_attention_mma_cu_matches_torch_in_the_emulator(bh, seq_q, seq_k, d, causal, dtype):
+    from scaletrain.ops.toolchain.attention_cuda_cpu import attention_fwd_mma
+    q, k, v = _inputs(bh, seq_q, seq_k, d, dtype)
+    o, lse = attention_fwd_mma(q, k, v, causal)
+    ref_o, ref_lse = _reference(q, k, v, causal)
+    # P is rounded to the storage type before P V, as in FlashAttention-2: one storage rounding
+    assert_close(o, ref_o, rtol=TOLERANCE[dtype], what="O")
+    assert_close(lse, ref_lse, rtol=TOLERANCE[torch.float32], what="L")
+
+
+@pytest.mark.parametrize("dtype,d", [(torch.float32, 64), (torch.float16, 80), (torch.bfloat16, 32)])
+def test_what_the_tensor_core_kernel_does_not_run_is_refused(dtype, d):
+    from scaletrain.ops.toolchain.attention_cuda_cpu import attention_fwd_mma
+    q = torch.randn(1, 4, d).to(dtype)
+    with pytest.raises(ValueError, match="fp16 / bf16 at head dim 64 or 128"):
+        attention_fwd_mma(q, q, q)
+
+
+# (the line of attention_mma.cu, its planted replacement): each keeps the kernel compiling and in bounds
+PLANTS = {
+    "V's B fragment read transposed (row-major where the mma wants K-major)": (
+        "const uint32_t b[2] = {v_s[key][col] | static_cast<uint32_t>(v_s[key + 1][col]) << 16,\n"
+        "                               v_s[key + 8][col] | static_cast<uint32_t>(v_s[key + 9][col]) << 16};",
+        "const uint32_t b[2] = {pair(&v_s[col][key]), pair(&v_s[col][key + 8])};"),
+    "Q's A registers 1 and 2 swapped (rows g+8 and columns 2t+8 exchanged)": (
+        "const int64_t qr = row[r % 2];\n"
+        "      qa[s][r] = qr < seq_q ? pair(qh + qr * D + s * 16 + 2 * t + 8 * (r / 2)) : 0u;",
+        "const int64_t qr = row[r / 2];\n"
+        "      qa[s][r] = qr < seq_q ? pair(qh + qr * D + s * 16 + 2 * t + 8 * (r % 2)) : 0u;"),
+}
+
+
+@pytest.mark.parametrize("plant", list(PLANTS), ids=["transposed_b", "swapped_a_registers"])
+def test_a_planted_wrong_fragment_layout_gives_wrong_numbers(plant, tmp_path):
+    from scaletrain.ops.toolchain.attention_cuda_cpu import attention_fwd_mma
+    good, bad = PLANTS[plant]
+    source = (KERNELS_DIR / "attention_mma.cu").read_text()
+    assert source.count(good) == 1, f"the planted line is gone from attention_mma.cu: {good!r}"
+    (tmp_path / "attention_mma.cu").write_text(source.replace(good, bad))
+    q, k, v = _inputs(2, 40, 64, 64, torch.float16, seed=1)
+    o, _ = attention_fwd_mma(q, k, v, False, folder=tmp_path)
+    assert o.isfinite().all(), "the plant should run to the end and give wrong numbers, not crash"
+    with pytest.raises(AssertionError, match="O"):
+        assert_close(o, _reference(q, k, v, False)[0], rtol=TOLERANCE[torch.float16], what="O")
+
+
+TOY = r"""
+#include "mma.cuh"
+// one warp: D = A B + C with A (16 x 16), B (16 x 8) fp16 row-major and C, D (16 x 8) fp32, the
+// fragments filled by the PTX ISA's table (mma.cuh); `leave`: lane 31 exits before the mma
+__global__ void toy(const uint16_t* a, const uint16_t* b, const float* c, float* d, int leave) {
+  const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+  if (leave && lane == 31) return;
+  uint32_t fa[4], fb[2];
+  float acc[4];
+  for (int r = 0; r < 4; ++r) {
+    const int row = g + 8 * (r % 2), col = 2 * t + 8 * (r / 2);
+    fa[r] = a[row * 16 + col] | static_cast<uint32_t>(a[row * 16 + col + 1]) << 16;
+  }
+  for (int r = 0; r < 2; ++r) {
+    const int k = 2 * t + 8 * r;
+    fb[r] = b[k * 8 + g] | static_cast<uint32_t>(b[(k + 1) * 8 + g]) << 16;
+  }
+  for (int e = 0; e < 4; ++e) acc[e] = c[(g + 8 * (e / 2)) * 8 + 2 * t + e % 2];
+  st::mma_m16n8k16<__half>(acc, fa, fb);
+  for (int e = 0; e < 4; ++e) d[(g + 8 * (e / 2)) * 8 + 2 * t + e % 2] = acc[e];
+}
+extern "C" int run_toy(const uint16_t* a, const uint16_t* b, const float* c, float* d, int leave) {
+  toy<<<1, 32>>>(a, b, c, d, leave);
+  return cudaGetLastError();
+}
+"""
+
+
+def test_the_emulated_mma_follows_the_ptx_fragment_table(tmp_path):
+    from scaletrain.ops.toolchain import cuda_cpu
+    (tmp_path / "toy.cu").write_text(TOY)
+    lib = cuda_cpu.load(tmp_path, sources=("toy.cu",))
+    lib.dll.run_toy.restype, lib.dll.run_toy.argtypes = ctypes.c_int, [ctypes.c_void_p] * 4 + [ctypes.c_int]
+    gen = torch.Generator().manual_seed(2)
+    a, b = torch.randn(16, 16, generator=gen).half(), torch.randn(16, 8, generator=gen).half()
+    c, d = torch.randn(16, 8, generator=gen), torch.full((16, 8), float("nan"))
+    lib.call("toy mma", "run_toy", a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr(), 0)
+    assert_close(d, a.double() @ b.double() + c.double(), rtol=1e-6, what="D = A B + C")
+    with pytest.raises(cuda_cpu.KernelError, match=r"mma\.sync\.m16n8k16 .*lane 31 .*has exited"):
+        lib.call("toy mma", "run_toy", a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr(), 1)
