@@ -31,9 +31,11 @@ def test_the_variants_benchmark_runs_quick_without_compile(tmp_path, monkeypatch
     from scaletrain import bench
 
     monkeypatch.setenv("SCALETRAIN_BENCH_OUT", str(tmp_path))
-    assert bench.main(["profile", "--quick", "--no-compile", "--reps", "2", "--device", "cpu"]) == 0
+    argv = ["profile", "--part", "variants", "--quick", "--no-compile", "--reps", "2", "--device", "cpu"]
+    assert bench.main(argv) == 0
     out = capsys.readouterr().out
     eager = next(line for line in out.splitlines() if line.strip().startswith("eager "))
     assert " 1.00-1.00 " in eager and "checkpointed MLP" in out
-    assert "torch.compile left out: not asked for (compile=False)" in out
+    assert "compiled (inductor) left out: not asked for (compile=False)" in out
+    assert "fused kernels (triton) left out: not measured on CPU" in out
     assert (tmp_path / "profile_variants.png").exists()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from scaletrain.models import GPT, GPTConfig, make_batch
-from scaletrain.profile.variants import BASELINE, checkpoint_mlps, compare_variants, measure_memory
+from scaletrain.profile.variants import BASELINE, COMPILED, FUSED, checkpoint_mlps, compare_variants, measure_memory
 
 CFG = GPTConfig(vocab_size=64, block_size=20, n_layer=3, n_head=2, n_embd=24)
 B = 3
@@ -30,8 +30,8 @@ def test_checkpointing_the_mlp_keeps_the_numbers_and_drops_the_fc_and_gelu_outpu
 
 def test_the_variant_table_is_paired_against_eager():
     model = GPT(CFG, seed=0)
-    rows, skipped = compare_variants(model, make_batch(CFG, B, seed=2), rounds=3, warmup=1, compile=False)
-    assert skipped == "not asked for (compile=False)"
+    rows, left_out = compare_variants(model, make_batch(CFG, B, seed=2), rounds=3, warmup=1, compile=False)
+    assert left_out[COMPILED] == "not asked for (compile=False)" and "not measured on CPU" in left_out[FUSED]
     base = next(r for r in rows if r["variant"] == BASELINE)
     assert base["time / eager"] == 1.0 and base["p20-p80"] == "1.00-1.00"
     assert {r["variant"] for r in rows} == {BASELINE, "checkpointed MLP"}

@@ -12,16 +12,20 @@ One idea per file, in the order a profile is read:
     roofline.py     the machine's peak FLOP/s and bandwidth, measured; min(peak, I·bw)
     trace.py        N steps under torch.profiler, phases marked, one record per op; Chrome trace
     tables.py       time by category and phase, each op on the roofline, MFU
-    plot.py         stacked bars by category, the roofline with each op as a point
+    plot.py         stacked bars by category, the roofline with each op as a point, the memory
+                    timeline, the time-to-loss curves
     shapes.py       GPT-2 small as the seeds profile it (GPU) and its CPU-sized stand-ins
     __main__.py     `python -m scaletrain.profile`: the tables, figures and trace of a GPT-2-like step
-    variants.py     eager vs torch.compile vs checkpointed MLP: time and kept bytes, paired rounds
-    benchmark.py    `python -m scaletrain.bench profile`: the variants' table and plot
+    memory_timeline.py  bytes of parameters, gradients, optimizer state, activations at each mark of a step
+    fused.py        the GPT on the course's fused kernels (LayerNorm, attention, cross-entropy)
+    variants.py     eager vs checkpointed MLP vs torch.compile vs fused kernels: time and kept bytes, paired
+    benchmark.py    `python -m scaletrain.bench profile`: the variants' table, time to a loss, their plots
 
 and two speedups that change the training itself (additional-techniques.md §2, §4):
 
     pld.py          progressive layer dropping: θ(t), p_i(t), gates, a dropped block as identity
     curriculum.py   the sequence-length curriculum s(t), batches truncated to it
+    time_to_loss.py each against the baseline: steps and wall time to a fixed validation loss, over seeds
 """
 
 from scaletrain.profile.categories import CATEGORIES, categorise

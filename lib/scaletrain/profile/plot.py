@@ -1,21 +1,25 @@
-"""The two pictures of a profiled step (matplotlib, Agg when no display).
+"""The pictures of a profiled step (matplotlib, Agg when no display).
 
   * stacked bars: one bar per phase (forward, backward, optimizer), stacked by category, ms per
     step: the seeds' "GPT-2 Profiling: Time" chart, on this machine;
   * the roofline (Williams et al. 2009): attainable FLOP/s against intensity on log axes, the two
     measured roofs, and each priced op as a point at (its FLOPs/byte, the FLOP/s it reached), the
     marker's area its share of the step's time.  A point above the memory roof is an op whose
-    tensors stayed in cache (the roof is DRAM's, measured by a copy larger than the caches).
+    tensors stayed in cache (the roof is DRAM's, measured by a copy larger than the caches);
+  * the memory timeline: bytes of each tensor kind (memory_timeline.py) stacked, mark by mark;
+  * time-to-loss curves: validation loss against training seconds, one line per run (time_to_loss.py).
 """
 
 from __future__ import annotations
 
 from scaletrain.profile.categories import CATEGORIES
+from scaletrain.profile.memory_timeline import KINDS, Mark
 from scaletrain.profile.roofline import Machine
 from scaletrain.profile.tables import category_seconds
+from scaletrain.profile.time_to_loss import METHODS, Run
 from scaletrain.profile.trace import PHASES, StepProfile
 
-__all__ = ["category_bars", "roofline_plot"]
+__all__ = ["category_bars", "roofline_plot", "memory_timeline_plot", "time_to_loss_plot"]
 
 _COLORS = dict(zip(CATEGORIES, ("C0", "C1", "C2", "C3", "C4", "C5", "C6", "0.6")))
 
@@ -51,4 +55,26 @@ def roofline_plot(ax, rows: list[dict], machine: Machine, *, title: str = "roofl
         seen.add(cat)
     ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP/byte)", ylabel="GFLOP/s reached",
            title=title + " (edge: backward; area: share of time)")
+    ax.legend(fontsize=8)
+
+
+def memory_timeline_plot(ax, marks: list[Mark], *, title: str = "memory by tensor kind over the step") -> None:
+    """Stacked areas of memory_timeline's kinds (MB) at each mark; each mark's label on the x axis."""
+    xs = range(len(marks))
+    ax.stackplot(xs, *[[m.bytes[k] / 1e6 for m in marks] for k in KINDS], labels=KINDS, alpha=0.8)
+    ax.set_xticks(list(xs), [f"{m.step}: {m.phase[:3]} {m.label}" for m in marks], rotation=90, fontsize=7)
+    ax.set(ylabel="MB", title=title)
+    ax.legend(fontsize=8, loc="upper left")
+
+
+def time_to_loss_plot(ax, runs: list[Run], *, title: str = "time to a validation loss") -> None:
+    """Validation loss against training seconds, a colour per method, a line per seed; the target dashed."""
+    colors = {m: f"C{i}" for i, m in enumerate(METHODS)}
+    for r in runs:
+        ax.plot(r.walls, r.losses, color=colors[r.method], lw=1, alpha=0.8,
+                label=r.method if r.seed == min(q.seed for q in runs if q.method == r.method) else None)
+    ax.axhline(runs[0].target, color="k", ls="--", lw=0.8, label=f"target {runs[0].target}")
+    top = max(r.losses[min(1, len(r.losses) - 1)] for r in runs)  # the first loss, ln V, would flatten the rest
+    ax.set(xlabel="training seconds (evaluations not counted)", ylabel="validation loss (nats/byte)", title=title,
+           ylim=(runs[0].target - 0.2, top + 0.1))
     ax.legend(fontsize=8)

@@ -1,4 +1,5 @@
-"""The same training step three ways: eager, compiled (torch.compile, inductor), MLP checkpointed.
+"""The same training step four ways: eager, MLP checkpointed, compiled (torch.compile, inductor), and
+on the course's hand-fused kernels (fused.py: LayerNorm, attention, cross-entropy; on a GPU only).
 
 techniques-for-large-scale-training.md, "Graph Compilation": graph mode builds the step's graph and
 optimises it as a whole, "kernels can be fused into a single kernel" — the automatic alternative to
@@ -31,11 +32,14 @@ from torch.utils.checkpoint import checkpoint
 from scaletrain import bench
 from scaletrain.memory_measure import track_saved_tensors
 from scaletrain.models import GPT
+from scaletrain.profile.fused import FUSED_BACKEND, FusedGPT, fused_unavailable
 
-__all__ = ["BASELINE", "CheckpointedMLP", "checkpoint_mlps", "compile_unavailable", "measure_memory",
-           "compare_variants"]
+__all__ = ["BASELINE", "COMPILED", "FUSED", "CheckpointedMLP", "checkpoint_mlps", "compile_unavailable",
+           "measure_memory", "compare_variants"]
 
 BASELINE = "eager"
+COMPILED = "compiled (inductor)"
+FUSED = f"fused kernels ({FUSED_BACKEND})"
 
 
 class CheckpointedMLP(nn.Module):
@@ -101,16 +105,19 @@ def _steps(models: dict[str, nn.Module], batch: tuple) -> dict[str, Callable[[],
 
 
 def compare_variants(model: GPT, batch: tuple, *, device: str = "cpu", rounds: int = 10, warmup: int = 2,
-                     compile: bool = True) -> tuple[list[dict], str | None]:
-    """The table eager / compiled / checkpointed MLP for `model` on `batch`, and the reason the
-    compiled row is missing (None when it is there).  Memory is measured before any timed step."""
+                     compile: bool = True) -> tuple[list[dict], dict[str, str]]:
+    """The table eager / checkpointed MLP / compiled / fused kernels for `model` on `batch`, and
+    {variant: why its row is missing}.  Memory is measured before any timed step."""
     models: dict[str, nn.Module] = {BASELINE: model, "checkpointed MLP": checkpoint_mlps(model)}
-    skipped = compile_unavailable(device) if compile else "not asked for (compile=False)"
-    if skipped is None:
-        models["compiled (inductor)"] = torch.compile(copy.deepcopy(model))
+    left_out = {COMPILED: compile_unavailable(device) if compile else "not asked for (compile=False)",
+                FUSED: fused_unavailable(device)}
+    if left_out[COMPILED] is None:
+        models[COMPILED] = torch.compile(copy.deepcopy(model))
+    if left_out[FUSED] is None:
+        models[FUSED] = FusedGPT(model, FUSED_BACKEND)
     memory = {name: measure_memory(m, batch, device) for name, m in models.items()}  # compiles here
     cmps = bench.compare_many(_steps(models, batch), BASELINE, warmup=warmup, reps=rounds, device=device)
     rows = [{"variant": name, "ms": c.candidate.median * 1e3, "p20": c.candidate.p20 * 1e3,
              "p80": c.candidate.p80 * 1e3, "time / eager": c.ratio, "p20-p80": f"{c.ratio_p20:.2f}-{c.ratio_p80:.2f}",
              **{k: v for k, v in memory[name].items()}} for name, c in cmps.items()]
-    return rows, skipped
+    return rows, {name: why for name, why in left_out.items() if why is not None}

@@ -1,0 +1,47 @@
+"""The GPT on the course's fused kernels (issue 35 item 2): the same step as the GPT it copies (loss and
+every gradient, the one-process reference being the model itself), the tied embedding still tied, and
+on a CPU the fused row left out with its reason rather than timed through the Triton interpreter."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from scaletrain.models import GPT, GPTConfig, make_batch
+from scaletrain.profile.fused import FusedGPT, fused_unavailable
+from scaletrain.profile.variants import FUSED, compare_variants
+
+CFG = GPTConfig(vocab_size=64, block_size=20, n_layer=2, n_head=2, n_embd=24)
+
+
+def _same_step(model, fused, batch, rtol, atol):
+    loss, fused_loss = model(*batch)[1], fused(*batch)[1]
+    torch.testing.assert_close(fused_loss, loss, rtol=rtol, atol=atol)
+    loss.backward()
+    fused_loss.backward()
+    for (name, p), q in zip(model.named_parameters(), fused.model.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=rtol, atol=atol, msg=name)
+
+
+def test_the_fused_model_computes_the_same_step_as_the_gpt():
+    model = GPT(CFG, seed=0)
+    fused = FusedGPT(model, "torch")  # the same ops module by module; the kernels are tested in test_ops_*
+    assert fused.model.lm_head.weight is fused.model.wte.weight
+    assert fused.model.wte.weight is not model.wte.weight  # a copy: the eager model is left alone
+    _same_step(model, fused, make_batch(CFG, 3, seed=1), rtol=1e-5, atol=1e-6)
+
+
+def test_on_a_cpu_the_fused_row_is_not_measured():
+    assert "not measured on CPU" in fused_unavailable("cpu") and "interpreter" in fused_unavailable("cpu")
+    with pytest.raises(ValueError, match="dropout=0"):
+        FusedGPT(GPT(GPTConfig(dropout=0.1)))
+
+
+@pytest.mark.gpu
+def test_gpu_the_fused_row_runs_the_same_step_beside_eager():
+    cfg = GPTConfig(vocab_size=256, block_size=128, n_layer=2, n_head=4, n_embd=128)
+    model = GPT(cfg, seed=0).cuda()
+    batch = tuple(t.cuda() for t in make_batch(cfg, 4, seed=1))
+    _same_step(model, FusedGPT(model), batch, rtol=1e-3, atol=1e-4)  # triton kernels, fp32
+    rows, left_out = compare_variants(model, batch, device="cuda", rounds=2, warmup=1, compile=False)
+    assert FUSED not in left_out and any(r["variant"] == FUSED for r in rows)
