@@ -1,9 +1,11 @@
-// torch binding of the launchers in fused_launchers.h (attention.cu, cross_entropy.cu): checks
-// devices, dtypes and layouts, allocates the outputs, passes the current CUDA stream.  Built on
-// demand (GPU machines only) by scaletrain/ops/attention_cuda.py; scaletrain.ops has already
-// flattened the shapes: attention to (batch * heads, seq, head_dim), cross-entropy to (rows, vocab).
+// torch binding of the launchers in fused_launchers.h (attention.cu, attention_mma.cu,
+// cross_entropy.cu): checks devices, dtypes and layouts, allocates the outputs, passes the current
+// CUDA stream.  Built on demand (GPU machines only) by scaletrain/ops/attention_cuda.py;
+// scaletrain.ops has already flattened the shapes: attention to (batch * heads, seq, head_dim),
+// cross-entropy to (rows, vocab).
 #include <torch/extension.h>
 
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -34,8 +36,18 @@ void check_launch(int err, const char* what) {
   TORCH_CHECK(err == 0, what, " launch failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
 }
 
-std::tuple<at::Tensor, at::Tensor> attention_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                                 bool causal, double scale) {
+// The forward's two kernels: attention_mma.cu's tensor-core one (fp16 / bf16 at head dim 64 or 128,
+// aligned, on sm_80+) and attention.cu's scalar one (everything else, and the backward).
+enum class FwdKernel { kAuto, kScalar, kMma };
+
+bool mma_applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o) {
+  return at::cuda::getDeviceProperties(q.get_device())->major >= 8 &&
+         st_attention_fwd_mma_supported(st_dtype(q), q.size(2), q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                        o.data_ptr());
+}
+
+std::tuple<at::Tensor, at::Tensor> attention_fwd_with(FwdKernel kernel, const at::Tensor& q, const at::Tensor& k,
+                                                      const at::Tensor& v, bool causal, double scale) {
   check_like(q, q, 3, "q");
   check_like(k, q, 3, "k");
   check_like(v, k, 3, "v");
@@ -45,11 +57,34 @@ std::tuple<at::Tensor, at::Tensor> attention_fwd(const at::Tensor& q, const at::
   const c10::cuda::CUDAGuard guard(q.device());
   at::Tensor o = at::empty_like(q);
   at::Tensor lse = at::empty({q.size(0), q.size(1)}, q.options().dtype(at::kFloat));
-  check_launch(st_attention_fwd(st_dtype(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
-                                lse.data_ptr<float>(), q.size(0), q.size(1), k.size(1), q.size(2),
-                                static_cast<float>(scale), causal, c10::cuda::getCurrentCUDAStream().stream()),
-               "attention forward");
+  const bool mma = kernel == FwdKernel::kMma || (kernel == FwdKernel::kAuto && mma_applies(q, k, v, o));
+  TORCH_CHECK(!mma || mma_applies(q, k, v, o), "attention_fwd_mma: the tensor-core kernel needs fp16 or bf16 at "
+              "head dim 64 or 128 on sm_80+ (16-byte aligned k, v); got ", q.scalar_type(), ", head dim ", q.size(2));
+  const auto launcher = mma ? st_attention_fwd_mma : st_attention_fwd;
+  check_launch(launcher(st_dtype(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr<float>(),
+                        q.size(0), q.size(1), k.size(1), q.size(2), static_cast<float>(scale), causal,
+                        c10::cuda::getCurrentCUDAStream().stream()),
+               mma ? "attention forward (tensor cores)" : "attention forward");
   return {o, lse};
+}
+
+std::tuple<at::Tensor, at::Tensor> attention_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                 bool causal, double scale) {
+  return attention_fwd_with(FwdKernel::kAuto, q, k, v, causal, scale);
+}
+
+std::tuple<at::Tensor, at::Tensor> attention_fwd_scalar(const at::Tensor& q, const at::Tensor& k,
+                                                        const at::Tensor& v, bool causal, double scale) {
+  return attention_fwd_with(FwdKernel::kScalar, q, k, v, causal, scale);
+}
+
+std::tuple<at::Tensor, at::Tensor> attention_fwd_mma(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                     bool causal, double scale) {
+  return attention_fwd_with(FwdKernel::kMma, q, k, v, causal, scale);
+}
+
+bool attention_fwd_uses_mma(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  return q.is_cuda() && mma_applies(q, k, v, q);  // attention_fwd's o is a fresh (aligned) tensor
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd(const at::Tensor& d_o, const at::Tensor& q,
@@ -118,7 +153,10 @@ at::Tensor cross_entropy_bwd(const at::Tensor& logits, const at::Tensor& target,
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("attention_fwd", &attention_fwd, "FlashAttention forward: (o, lse)");
+  m.def("attention_fwd", &attention_fwd, "FlashAttention forward: (o, lse), on tensor cores where they apply");
+  m.def("attention_fwd_scalar", &attention_fwd_scalar, "FlashAttention forward, attention.cu's scalar kernel");
+  m.def("attention_fwd_mma", &attention_fwd_mma, "FlashAttention forward, attention_mma.cu (tensor cores)");
+  m.def("attention_fwd_uses_mma", &attention_fwd_uses_mma, "whether attention_fwd runs attention_mma.cu");
   m.def("attention_bwd", &attention_bwd, "FlashAttention backward: (dq, dk, dv)");
   m.def("cross_entropy_fwd", &cross_entropy_fwd, "fused cross-entropy forward: (loss per row, lse)");
   m.def("cross_entropy_bwd", &cross_entropy_bwd, "fused cross-entropy backward: dlogits");

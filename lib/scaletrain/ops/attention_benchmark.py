@@ -6,8 +6,9 @@ Everywhere: the bytes moved by the composed attention (attention_naive.py) vs Fl
 lengths, "counted" column), and what autograd keeps for the backward (naive: O(n^2), the fused
 Function: Q, K, V, O and L, O(n d)).  Plot: MB vs n, log-log: slope 2 vs slope 1.
 
-On a GPU, also: forward and forward + backward time of the Triton kernels (and the CUDA ones)
-beside torch's scaled_dot_product_attention restricted to its math path (the composed one) and
+On a GPU, also: forward and forward + backward time of the Triton kernels (and the CUDA ones: "cuda",
+whose fp16 / bf16 forward runs on tensor cores, kernels/attention_mma.cu, and "cuda scalar", the
+forward of kernels/attention.cu without them) beside torch's scaled_dot_product_attention restricted to its math path (the composed one) and
 to its flash path, timed round-robin (bench.compare_many: CUDA events, L2 flushed), at batch 4 x
 16 heads; TFLOP/s (forward 4 n^2 d per head, halved when causal; backward 2.5x the forward, the
 FlashAttention-2 paper's convention); speedups as medians of per-pair ratios; peak memory of
@@ -191,15 +192,19 @@ def speed_rows(ns=(512, 1024, 2048, 4096), *, dtype=torch.float16, causal: bool 
     paths = sdpa_paths(*probe, causal=causal)
     impls = {"triton": lambda q, k, v: attention(q, k, v, causal=causal, backend="triton"),
              "math": paths["math"][0], "flash": paths["flash"][0] or paths["math"][0]}
-    with contextlib.suppress(Exception):  # the CUDA C++ kernels, when they build here
+    fwd_only = {}  # forward-only rows
+    try:  # the CUDA C++ kernels, when they build here
         attention(*(torch.randn(1, 1, 8, HEAD_DIM, device="cuda", dtype=dtype) for _ in range(3)), backend="cuda")
         impls["cuda"] = lambda q, k, v: attention(q, k, v, causal=causal, backend="cuda")
+        fwd_only["cuda scalar"] = _cuda_scalar_forward(causal)
+    except Exception as exc:  # noqa: BLE001 -- the table goes on without them, and says why
+        print(f"backend 'cuda' left out: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
     rows = []
     for n in ns:
         spec = {"batch": batch, "heads": heads, "n": n, "dtype": dname}
         for direction in ("fwd", "fwd+bwd"):
             if direction == "fwd":
-                cands = dict(impls)
+                cands = {**impls, **fwd_only}
                 make = lambda: speed_inputs(spec, device="cuda")[:3]  # noqa: E731
             else:
                 cands = {key: forward_backward(f) for key, f in impls.items()}
@@ -219,6 +224,19 @@ def speed_rows(ns=(512, 1024, 2048, 4096), *, dtype=torch.float16, causal: bool 
                              "peak MB": _peak_mb(cands[name], make) if direction == "fwd+bwd" else None,
                              "math peak MB": _peak_mb(cands["math"], make) if direction == "fwd+bwd" else None})
     return rows
+
+
+def _cuda_scalar_forward(causal: bool):
+    """attention.cu's scalar forward alone, on 4-d inputs: the row the "cuda" backend's forward is
+    measured against, since for fp16 / bf16 at head dim 64 that one runs attention_mma.cu on tensor
+    cores (the scalar kernel keeps fp32, other head dims, and the backward)."""
+    from scaletrain.ops import attention_cuda
+    ext = attention_cuda.load()
+
+    def run(q, k, v):
+        n, d = q.shape[-2:]
+        return ext.attention_fwd_scalar(*(t.reshape(-1, t.shape[-2], d) for t in (q, k, v)), causal, d ** -0.5)[0]
+    return run
 
 
 def local_student(direction: str, *, seed: int, spec: dict | None = None, backend: str = "triton",
@@ -297,7 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     speed = speed_rows(ns=(1024, 4096) if args.quick else (512, 1024, 2048, 4096, 8192), dtype=dtype,
                        causal=args.causal, reps=5 if args.quick else 15)
     print(f"\nGPU {torch.cuda.get_device_name()}, batch 4 x 16 heads, head dim {HEAD_DIM}, {args.dtype}: "
-          "targets >= 2x math at n >= 1024, >= 0.7x flash forward at n = 4096")
+          "targets >= 2x math at n >= 1024, >= 0.7x flash forward at n = 4096; 'cuda' = attention_mma.cu's "
+          "tensor-core forward for fp16 / bf16 (attention.cu's backward), target >= 0.5x flash forward; "
+          "'cuda scalar' = attention.cu's forward")
     print(bench.format_table(speed))
     print(f"\na1b's speed checks as graded ({GRADED}; attention_benchmark.graded_speed, the kernels in this "
           "process): >= 2x math, forward >= 0.7x flash")
