@@ -68,7 +68,7 @@ def test_uneven_stages_as_megatron_splits_them():
     assert balanced_stages(126, 16) == (7,) + (8,) * 14 + (7,)   # Llama 3 405B
     assert balanced_stages(70, 12) == (5,) + (6,) * 10 + (5,)    # BLOOM
     assert first_last_stages(80, 6, first=11, last=13) == (11, 14, 14, 14, 14, 13)
-    assert stage_options(126, 16) == [balanced_stages(126, 16)]  # no even split exists
+    assert stage_options(LLAMA3_405B, 16) == [balanced_stages(126, 16)]  # no even split; a light head
     lay = Layout(tp=8, pp=16, dp=1, microbatch=1, global_batch=16, stages=balanced_stages(126, 16))
     even = replace(LLAMA3_405B, layers=128)
     # the balanced map's slowest stage is a middle one: 8 layers, no head, as fast as 128 even layers

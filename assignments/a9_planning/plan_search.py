@@ -50,7 +50,7 @@ def candidate_layouts(model: ModelSpec, cluster: ClusterSpec, gpus: int, global_
     The layouts are every combination of: degrees t·c·p·d = gpus with c in `cps`; a microbatch in
     `microbatches`; v in `interleaves` (default: any v the smallest stage's layers allow); each
     ZeRO stage, recomputation and sequence-parallel option given; the even stage map and, with
-    `uneven_stages`, the maps `stages.stage_options` offers for p; the switches overlap_dp,
+    `uneven_stages`, the maps `stages.stage_options(model, p)` offers; the switches overlap_dp,
     flash_attention, overlap_pp copied into each. A combination is a candidate exactly when
     `Layout` and `check_layout` (for this GPU count) accept it. ValueError if none is left.
 

@@ -50,7 +50,7 @@ def candidate_layouts(model: ModelSpec, cluster: ClusterSpec, gpus: int, global_
     The layouts are every combination of: degrees t·c·p·d = gpus with c in `cps`; a microbatch in
     `microbatches`; v in `interleaves` (default: any v the smallest stage's layers allow); each
     ZeRO stage, recomputation and sequence-parallel option given; the even stage map and, with
-    `uneven_stages`, the maps `stages.stage_options` offers for p; the switches overlap_dp,
+    `uneven_stages`, the maps `stages.stage_options(model, p)` offers; the switches overlap_dp,
     flash_attention, overlap_pp copied into each. A combination is a candidate exactly when
     `Layout` and `check_layout` (for this GPU count) accept it. ValueError if none is left.
 
@@ -71,7 +71,7 @@ def candidate_layouts(model: ModelSpec, cluster: ClusterSpec, gpus: int, global_
         for cp in (c for c in cps if (gpus // tp) % c == 0):
             for pp in divisors(gpus // (tp * cp)):
                 dp = gpus // (tp * cp * pp)
-                for stages in (stage_options(model.layers, pp) if uneven_stages else [None]):
+                for stages in (stage_options(model, pp) if uneven_stages else [None]):
                     smallest = min(stages) if stages else model.layers // pp
                     for b, v, z, rc, sp in product(microbatches, interleaves or divisors(max(smallest, 1)), zero,
                                                    recompute, sequence_parallel):

@@ -43,7 +43,8 @@ from dataclasses import dataclass
 
 from scaletrain.comm.cost_model import predict as ring_seconds
 from scaletrain.pipeline import closed_form_bubble
-from scaletrain.plan.flops import attention_core_forward_flops, layer_forward_flops, logit_forward_flops
+from scaletrain.plan.flops import (attention_core_forward_flops, layer_forward_flops, layer_training_flops,
+                                   logit_forward_flops)
 from scaletrain.plan.rates import layer_rate
 from scaletrain.plan.memory import params_on_rank
 from scaletrain.plan.specs import ClusterSpec, Layout, ModelSpec, check_layout
@@ -101,11 +102,15 @@ def _link(cluster: ClusterSpec, crosses_node: bool):
 
 
 def slowest_stage(model: ModelSpec, layout: Layout) -> tuple[int, bool]:
-    """(layers, holds the logit layer) of the pipeline stage with the most forward FLOPs: with
-    even stages the last one; with Megatron's uneven splits (`scaletrain.plan.stages`) whichever
-    of a full middle stage and the lighter last stage plus the logit layer weighs more."""
-    stages, logit = layout.stage_layers(model), logit_forward_flops(model, 1) / layer_forward_flops(model, 1)
-    work = [k + (logit if i == len(stages) - 1 else 0.0) for i, k in enumerate(stages)]
+    """(layers, holds the logit layer) of the pipeline stage with the most work per microbatch:
+    its layers' forward, backward and recomputation (`layer_training_flops`) and, on the last
+    stage, the logit layer's forward and backward (never recomputed). With even stages the last
+    one; with Megatron's uneven splits (`scaletrain.plan.stages`) whichever of a full middle stage
+    and the lighter last stage plus the logit layer weighs more."""
+    stages = layout.stage_layers(model)
+    head = 3 * logit_forward_flops(model, 1) / layer_training_flops(
+        model, 1, recompute=layout.recompute, flash_attention=layout.flash_attention)
+    work = [k + (head if i == len(stages) - 1 else 0.0) for i, k in enumerate(stages)]
     i = max(range(len(stages)), key=lambda j: (work[j], j))
     return stages[i], i == len(stages) - 1
 

@@ -165,7 +165,7 @@ def test_task9_4_candidates_uneven_stages_and_scale():
     model = ModelSpec(layers=14, hidden=768, heads=12, seq=1024, vocab=50304)
     got = ps.candidate_layouts(model, A100, 16, 64, microbatches=(1,), uneven_stages=True)
     maps = {(lay.pp, lay.stages) for lay in got if lay.stages is not None}
-    want = {(p, m) for p in (2, 4, 8, 16) for m in stage_options(14, p) if m is not None}
+    want = {(p, m) for p in (2, 4, 8, 16) for m in stage_options(model, p) if m is not None}
     expect_equal(maps, want, what="candidate_layouts(14 layers, 16 GPUs, uneven_stages=True): the (p, stage map) "
                                   "pairs with uneven stages, against stages.stage_options")
     start = time.perf_counter()

@@ -99,7 +99,7 @@ _SEARCH = (
             ("for layout in layouts) if pred.fits]", "for layout in layouts)]"), groups=("search",),
             expect={C_SEARCH_FITS: "failed", C_CAND_OPTIONS: "passed", C_CAND_DEGREES: "passed"}),
     Planted("uneven stage maps never generated", SF,
-            ("                for stages in (stage_options(model.layers, pp) if uneven_stages else [None]):",
+            ("                for stages in (stage_options(model, pp) if uneven_stages else [None]):",
              "                for stages in [None]:"), groups=("search",),
             expect={C_CAND_STAGES: "failed", C_CAND_DEGREES: "passed", C_CAND_OPTIONS: "passed"}),
     Planted("enumeration whose time grows with the GPU count (a sleep standing in for a product over all t, p, d)",

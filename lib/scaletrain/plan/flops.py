@@ -30,7 +30,7 @@ from __future__ import annotations
 from scaletrain.plan.specs import RECOMPUTE, ModelSpec
 
 __all__ = ["layer_forward_flops", "attention_core_forward_flops", "logit_forward_flops", "layer_gemms",
-           "iteration_flops", "model_flops"]
+           "iteration_flops", "layer_training_flops", "model_flops"]
 
 
 def layer_forward_flops(model: ModelSpec, sequences: int) -> float:
@@ -71,14 +71,21 @@ def layer_gemms(model: ModelSpec, sequences: int, tp: int, cp: int = 1) -> list[
 def iteration_flops(model: ModelSpec, global_batch: int, *, recompute: str = "full",
                     flash_attention: bool = False) -> float:
     """FLOPs one iteration executes (hardware FLOPs): eq. (3) for recompute="full"."""
+    layer = layer_training_flops(model, global_batch, recompute=recompute, flash_attention=flash_attention)
+    return model.layers * layer + 3 * logit_forward_flops(model, global_batch)
+
+
+def layer_training_flops(model: ModelSpec, sequences: int, *, recompute: str = "full",
+                         flash_attention: bool = False) -> float:
+    """One layer's forward, backward (two forwards) and what is recomputed (module docstring)."""
     if recompute not in RECOMPUTE:
-        raise ValueError(f"iteration_flops: recompute must be one of {RECOMPUTE}, got {recompute!r}")
-    layer = layer_forward_flops(model, global_batch)
-    core = attention_core_forward_flops(model, global_batch)
+        raise ValueError(f"flops: recompute must be one of {RECOMPUTE}, got {recompute!r}")
+    layer = layer_forward_flops(model, sequences)
+    core = attention_core_forward_flops(model, sequences)
     extra = {"full": layer, "selective": core, "none": 0.0}[recompute]
     if flash_attention and recompute != "selective":  # selective already redoes the whole core
         extra += core / 2
-    return model.layers * (3 * layer + extra) + 3 * logit_forward_flops(model, global_batch)
+    return 3 * layer + extra
 
 
 def model_flops(model: ModelSpec, global_batch: int) -> float:

@@ -13,13 +13,31 @@ both here as stage maps (`Layout.stages`):
   70 on 12 are 5, 6 × 10, 5 (Le Scao et al. 2022, §3.4; Megatron-DeepSpeed's
   `type:transformer|embedding` partition).
 
+Which of them a run should use follows from how heavy the ends are. The last stage's extra work
+is the output layer, 2·b·s·h·V FLOPs against a layer's (Narayanan et al. 2021, eq. 3's last
+term against its first): `head_layers` says how many layers its forward is worth, 0.34 for
+GPT-3 175B, 0.6 for Llama 3 405B, 1.4 for BLOOM (V = 250,880), 1.8 for Llama 3 8B. Per
+microbatch it weighs less, since the head is never recomputed (3 passes against a layer's 4
+under full recomputation: `time_model.slowest_stage`). The search (`stage_options`) tries every
+first/last map whose end stages give up at most ⌈head_layers⌉ layers (giving up more only moves
+work onto the middle stages) and lets the time model pick: BLOOM's head, 1.07 layers per
+microbatch, is what the balanced split takes off its last stage (6 × 11, 4 is 0.3 % faster, on
+the first stage's memory); a head worth several layers (a large vocabulary, few layers per
+stage) wants a last stage lighter still (tests/test_plan_stages.py).
+
 Padding, the alternative, rounds l up to a multiple of p with idle layers: every stage then
 costs ⌈l/p⌉ layers, the last one a logit layer more.
 """
 
 from __future__ import annotations
 
-__all__ = ["even_stages", "first_last_stages", "balanced_stages", "stage_options"]
+from math import ceil
+
+from scaletrain.plan.flops import layer_forward_flops, logit_forward_flops
+from scaletrain.plan.model_spec import ModelSpec
+
+__all__ = ["even_stages", "first_last_stages", "balanced_stages", "head_layers", "first_last_options",
+           "stage_options"]
 
 
 def even_stages(layers: int, pp: int) -> tuple[int, ...] | None:
@@ -49,14 +67,42 @@ def balanced_stages(layers: int, pp: int) -> tuple[int, ...] | None:
     return tuple(slots) if min(slots) >= 1 and sum(slots) == layers else None
 
 
-def stage_options(layers: int, pp: int, interleave: int = 1) -> list[tuple[int, ...] | None]:
-    """The stage maps the search tries for p stages of v chunks: None (even) when p·v divides l,
-    and the balanced split when p divides l + 2 exactly (Megatron's case; otherwise it only moves
-    a remainder onto some middle stage); each stage must hold at least v layers."""
+def head_layers(model: ModelSpec) -> float:
+    """The output layer's forward FLOPs in layers: 2·b·s·h·V over one layer's (`flops.py`); what
+    the time model adds to the last stage (`time_model.slowest_stage`)."""
+    return logit_forward_flops(model, 1) / layer_forward_flops(model, 1)
+
+
+def first_last_options(layers: int, pp: int, shed: int) -> list[tuple[int, ...]]:
+    """Megatron's first/last maps (`first_last_stages`) whose end stages hold q - shed to q layers,
+    q the middle stages' count; with p = 2, the splits whose two stages differ by at most shed.
+    The even split is left out (it is `None`)."""
+    if pp == 1:
+        return []
+    if pp == 2:
+        return [(f, layers - f) for f in range(1, layers) if 0 < abs(2 * f - layers) <= shed]
+    found = []
+    for q in range(ceil(layers / pp), (layers - 2) // (pp - 2) + 1):
+        rest = layers - (pp - 2) * q
+        for first in range(max(1, q - shed, rest - q), min(q, rest - max(1, q - shed)) + 1):
+            if (first, rest - first) != (q, q):
+                found.append(first_last_stages(layers, pp, first=first, last=rest - first))
+    return found
+
+
+def stage_options(model: ModelSpec, pp: int, interleave: int = 1) -> list[tuple[int, ...] | None]:
+    """The stage maps the search tries for p stages of v chunks: None (even) when p·v divides l;
+    the balanced split when p divides l + 2 exactly (Megatron's case; otherwise it only moves a
+    remainder onto some middle stage); the first/last maps whose end stages give up at most
+    ⌈head_layers⌉ layers (at least 1; module docstring). Each stage must hold at least v layers;
+    each map once."""
+    layers = model.layers
     options: list[tuple[int, ...] | None] = []
     if layers % (pp * interleave) == 0:
         options.append(None)
     balanced = balanced_stages(layers, pp) if pp > 1 and (layers + 2) % pp == 0 else None
-    if balanced is not None and min(balanced) >= interleave:
-        options.append(balanced)
+    shed = max(1, ceil(head_layers(model)))
+    for stages in (balanced, *first_last_options(layers, pp, shed)):
+        if stages is not None and len(set(stages)) > 1 and min(stages) >= interleave and stages not in options:
+            options.append(stages)
     return options
