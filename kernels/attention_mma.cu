@@ -6,7 +6,8 @@
 // The work split of Dao 2023 (FlashAttention-2, Algorithm 1 and Sec. 3.3): a CTA of kWarps warps
 // owns kBlockM = 16 kWarps query rows, each warp 16 of them, and walks the key tiles of kBlockN keys
 // staged in shared memory; no warp shares its rows, so the softmax never crosses warps.  Per tile a
-// warp computes its 16 x kBlockN scores S = Q K^T with mma.sync m16n8k16 (kernels/mma.cuh), keeps
+// warp computes its 16 x kBlockN scores S = Q K^T with mma.sync m16n8k16 (kernels/mma.cuh; K and V
+// reach the fragments through ldmatrix, V transposed on the way), keeps
 // the running row max m and sum l (Milakov & Gimelshein's online softmax), rescales its output
 // accumulator by exp(m_old - m_new) and adds P V, P being the score fragment itself re-packed as
 // the next mma's A operand (a C fragment of two adjacent 8-key blocks is an A fragment of 16 keys).
@@ -22,8 +23,8 @@ namespace st {
 constexpr int kMmaWarps = 4;                // warps per CTA, 16 query rows each
 constexpr int kBlockM = 16 * kMmaWarps;     // query rows per CTA
 constexpr int kBlockN = 64;                 // keys per shared-memory tile
-constexpr int kPad = 8;                     // 16-bit elements of padding per shared row: a row is 4 banks
-                                            // further along, so the 8 groups of a fragment load differ
+constexpr int kPad = 8;                     // 16-bit elements of padding per shared row: a row starts 4
+                                            // banks further on, so an ldmatrix's 8 rows hit 32 banks
 
 // The 32 bits of two consecutive 16-bit elements p[0], p[1] (p[0] in the low half).
 __device__ __forceinline__ uint32_t pair(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
@@ -86,9 +87,12 @@ attention_fwd_mma(const T* __restrict__ q, const T* __restrict__ k, const T* __r
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[j][e] = 0.f;
 #pragma unroll
-      for (int c = 0; c < D / 16; ++c) {  // B = K^T: B[kk][n] = K[n][kk], two consecutive kk per register
-        const uint32_t b[2] = {pair(&k_s[j * 8 + g][c * 16 + 2 * t]), pair(&k_s[j * 8 + g][c * 16 + 2 * t + 8])};
-        mma_m16n8k16<T>(s[j], qa[c], b);
+      for (int c = 0; c < D / 16; c += 2) {  // B = K^T, K-major: K's rows as stored, 32 columns at once
+        uint32_t kb[4];
+        ldmatrix_x4<false>(kb, &k_s[j * 8 + lane % 8][c * 16 + lane / 8 * 8]);
+        const uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
+        mma_m16n8k16<T>(s[j], qa[c], b0);
+        mma_m16n8k16<T>(s[j], qa[c + 1], b1);
       }
     }
     const bool edge = tile + kBlockN > seq_k || (CAUSAL && tile + kBlockN - 1 > m0 + warp * 16);
@@ -133,13 +137,13 @@ attention_fwd_mma(const T* __restrict__ q, const T* __restrict__ k, const T* __r
       const uint32_t pa[4] = {MmaType<T>::pack(s[2 * c][0], s[2 * c][1]), MmaType<T>::pack(s[2 * c][2], s[2 * c][3]),
                               MmaType<T>::pack(s[2 * c + 1][0], s[2 * c + 1][1]),
                               MmaType<T>::pack(s[2 * c + 1][2], s[2 * c + 1][3])};
-      const int key = c * 16 + 2 * t;
 #pragma unroll
-      for (int x = 0; x < D / 8; ++x) {  // B = V: B[kk][n] = V[kk][n], two keys (rows) per register
-        const int col = x * 8 + g;
-        const uint32_t b[2] = {v_s[key][col] | static_cast<uint32_t>(v_s[key + 1][col]) << 16,
-                               v_s[key + 8][col] | static_cast<uint32_t>(v_s[key + 9][col]) << 16};
-        mma_m16n8k16<T>(acc[x], pa, b);
+      for (int x = 0; x < D / 8; x += 2) {  // B = V, row-major: transposed by ldmatrix, 16 columns at once
+        uint32_t vb[4];
+        ldmatrix_x4<true>(vb, &v_s[c * 16 + lane / 8 % 2 * 8 + lane % 8][(x + lane / 16) * 8]);
+        const uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
+        mma_m16n8k16<T>(acc[x], pa, b0);
+        mma_m16n8k16<T>(acc[x + 1], pa, b1);
       }
     }
   }

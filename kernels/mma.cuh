@@ -1,4 +1,5 @@
-// One warp-wide tensor-core multiply-add, d += a b, on 16 x 8 x 16 tiles: PTX's
+// One warp-wide tensor-core multiply-add, d += a b, on 16 x 8 x 16 tiles, and the shared-memory
+// load of its fragments (ldmatrix_x4, below).  The mma is PTX's
 // mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32 (sm_80+; PTX ISA, "Warp-level
 // matrix multiply-accumulate instructions", mma.m16n8k16).  The fragments are registers whose
 // element-to-lane mapping the ISA documents ("Matrix Fragments for mma.m16n8k16 with floating
@@ -11,8 +12,9 @@
 //   b (B, 16 x 8 "col": K-major, 2 x .b32):   b[0] = B[2t, 2t+1][g]    b[1] = B[2t+8, 2t+9][g]
 //   c, d (16 x 8 fp32):   d[0], d[1] = D[g][2t, 2t+1]     d[2], d[3] = D[g+8][2t, 2t+1]
 //
-// The CPU emulator (kernels/cuda_cpu, CUDA_EMU defined) runs the same call as a warp collective
-// that reassembles A and B from every lane's registers by exactly this layout.
+// The CPU emulator (kernels/cuda_cpu, CUDA_EMU defined) runs the same calls as warp collectives
+// that reassemble A and B from every lane's registers (and deal ldmatrix's rows out) by exactly
+// these layouts.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -57,6 +59,31 @@ __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[
   }
 #elif defined(__CUDA_ARCH__)
   __trap();  // no tensor-core mma before sm_80: the launcher never picks a kernel using it there
+#endif
+}
+
+// Four 8 x 8 matrices of 16-bit elements from shared memory as mma fragments, one instruction:
+// PTX's ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 (sm_75+).  Lane 8 i + r passes the
+// address of row r of matrix i (16 bytes, 16-byte aligned); register i of every lane receives its
+// fragment of matrix i, M_i[g][2t, 2t+1] (an A or K-major B fragment), or with TRANS of its
+// transpose, M_i[2t, 2t+1][g] (a B fragment of a row-major matrix such as V).
+template <bool TRANS>
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&d)[4], const void* row) {
+#if defined(CUDA_EMU)
+  ::cuda_emu::ldmatrix_x4(__FILE__, __LINE__, TRANS, d, row);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  if constexpr (TRANS) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(addr));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(addr));
+  }
+#elif defined(__CUDA_ARCH__)
+  __trap();
 #endif
 }
 

@@ -6,11 +6,12 @@ ISA's fragment layout (kernels/cuda_cpu/runtime.cpp, mma_m16n8k16):
   128, fp16 and bf16, causal and not, sequences that end inside a 64-row block and a 64-key tile,
   seq_q != seq_k, several CTAs and heads;
 * what it does not run (fp32, other head dims) is refused with a clear error;
-* planted wrong fragment layouts (V's B fragment read transposed, Q's A registers in the wrong
-  order) compile, run, and give wrong numbers: the emulator models the layout, it does not
-  ignore it;
-* the emulator's mma itself: one warp's D = A B + C from fragments written out by the ISA's
-  table, and a lane that leaves before the mma is named.
+* planted wrong fragment layouts (V's B fragment loaded by ldmatrix without .trans, Q's A
+  registers in the wrong order) compile, run, and give wrong numbers: the emulator models the
+  layouts, it does not ignore them;
+* the emulator's mma and ldmatrix themselves: one warp's D = A B + C from fragments written out
+  by the ISA's table or loaded by ldmatrix (plain and .trans), and a lane that leaves before the
+  mma is named.
 The GPU run of the same kernel against SDPA: test_attention_triton.py's `gpu` tests with backend
 "cuda" (fp16 / bf16 at head dim 64 pick this kernel); its compile check: test_attention_mma_compile.py."""
 
@@ -65,10 +66,8 @@ def test_what_the_tensor_core_kernel_does_not_run_is_refused(dtype, d):
 
 # (the line of attention_mma.cu, its planted replacement): each keeps the kernel compiling and in bounds
 PLANTS = {
-    "V's B fragment read transposed (row-major where the mma wants K-major)": (
-        "const uint32_t b[2] = {v_s[key][col] | static_cast<uint32_t>(v_s[key + 1][col]) << 16,\n"
-        "                               v_s[key + 8][col] | static_cast<uint32_t>(v_s[key + 9][col]) << 16};",
-        "const uint32_t b[2] = {pair(&v_s[col][key]), pair(&v_s[col][key + 8])};"),
+    "V's B fragment loaded without .trans (row-major V where the mma wants it K-major)": (
+        "ldmatrix_x4<true>(vb, ", "ldmatrix_x4<false>(vb, "),
     "Q's A registers 1 and 2 swapped (rows g+8 and columns 2t+8 exchanged)": (
         "const int64_t qr = row[r % 2];\n"
         "      qa[s][r] = qr < seq_q ? pair(qh + qr * D + s * 16 + 2 * t + 8 * (r / 2)) : 0u;",
@@ -93,41 +92,56 @@ def test_a_planted_wrong_fragment_layout_gives_wrong_numbers(plant, tmp_path):
 
 TOY = r"""
 #include "mma.cuh"
-// one warp: D = A B + C with A (16 x 16), B (16 x 8) fp16 row-major and C, D (16 x 8) fp32, the
-// fragments filled by the PTX ISA's table (mma.cuh); `leave`: lane 31 exits before the mma
-__global__ void toy(const uint16_t* a, const uint16_t* b, const float* c, float* d, int leave) {
+// one warp: D = A B + C with A, B (16 x 16) fp16 row-major and C, D (16 x 16) fp32: two mma, one per
+// 8 columns of B.  mode 0: the fragments filled from global memory by the PTX ISA's table (mma.cuh);
+// mode 1: by ldmatrix from shared memory (B with .trans); mode 2: lane 31 exits before the mma
+__global__ void toy(const uint16_t* a, const uint16_t* b, const float* c, float* d, int mode) {
+  __shared__ __align__(16) uint16_t a_s[16][16], b_s[16][16];
   const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
-  if (leave && lane == 31) return;
-  uint32_t fa[4], fb[2];
-  float acc[4];
-  for (int r = 0; r < 4; ++r) {
-    const int row = g + 8 * (r % 2), col = 2 * t + 8 * (r / 2);
-    fa[r] = a[row * 16 + col] | static_cast<uint32_t>(a[row * 16 + col + 1]) << 16;
+  for (int i = lane; i < 256; i += 32) {
+    a_s[i / 16][i % 16] = a[i];
+    b_s[i / 16][i % 16] = b[i];
   }
-  for (int r = 0; r < 2; ++r) {
-    const int k = 2 * t + 8 * r;
-    fb[r] = b[k * 8 + g] | static_cast<uint32_t>(b[(k + 1) * 8 + g]) << 16;
+  __syncwarp();
+  if (mode == 2 && lane == 31) return;
+  uint32_t fa[4], fb[4];  // fb: {b[0], b[1]} of columns 0-7, then of columns 8-15
+  if (mode == 1) {
+    st::ldmatrix_x4<false>(fa, &a_s[lane / 8 % 2 * 8 + lane % 8][lane / 16 * 8]);
+    st::ldmatrix_x4<true>(fb, &b_s[lane / 8 % 2 * 8 + lane % 8][lane / 16 * 8]);
+  } else {
+    for (int r = 0; r < 4; ++r) {
+      const int row = g + 8 * (r % 2), col = 2 * t + 8 * (r / 2);
+      fa[r] = a[row * 16 + col] | static_cast<uint32_t>(a[row * 16 + col + 1]) << 16;
+      const int k = 2 * t + 8 * (r % 2), n = g + 8 * (r / 2);
+      fb[r] = b[k * 16 + n] | static_cast<uint32_t>(b[(k + 1) * 16 + n]) << 16;
+    }
   }
-  for (int e = 0; e < 4; ++e) acc[e] = c[(g + 8 * (e / 2)) * 8 + 2 * t + e % 2];
-  st::mma_m16n8k16<__half>(acc, fa, fb);
-  for (int e = 0; e < 4; ++e) d[(g + 8 * (e / 2)) * 8 + 2 * t + e % 2] = acc[e];
+  for (int half = 0; half < 2; ++half) {
+    float acc[4];
+    for (int e = 0; e < 4; ++e) acc[e] = c[(g + 8 * (e / 2)) * 16 + half * 8 + 2 * t + e % 2];
+    const uint32_t fbh[2] = {fb[2 * half], fb[2 * half + 1]};
+    st::mma_m16n8k16<__half>(acc, fa, fbh);
+    for (int e = 0; e < 4; ++e) d[(g + 8 * (e / 2)) * 16 + half * 8 + 2 * t + e % 2] = acc[e];
+  }
 }
-extern "C" int run_toy(const uint16_t* a, const uint16_t* b, const float* c, float* d, int leave) {
-  toy<<<1, 32>>>(a, b, c, d, leave);
+extern "C" int run_toy(const uint16_t* a, const uint16_t* b, const float* c, float* d, int mode) {
+  toy<<<1, 32>>>(a, b, c, d, mode);
   return cudaGetLastError();
 }
 """
 
 
-def test_the_emulated_mma_follows_the_ptx_fragment_table(tmp_path):
+def test_the_emulated_mma_and_ldmatrix_follow_the_ptx_fragment_tables(tmp_path):
     from scaletrain.ops.toolchain import cuda_cpu
     (tmp_path / "toy.cu").write_text(TOY)
     lib = cuda_cpu.load(tmp_path, sources=("toy.cu",))
     lib.dll.run_toy.restype, lib.dll.run_toy.argtypes = ctypes.c_int, [ctypes.c_void_p] * 4 + [ctypes.c_int]
     gen = torch.Generator().manual_seed(2)
-    a, b = torch.randn(16, 16, generator=gen).half(), torch.randn(16, 8, generator=gen).half()
-    c, d = torch.randn(16, 8, generator=gen), torch.full((16, 8), float("nan"))
-    lib.call("toy mma", "run_toy", a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr(), 0)
-    assert_close(d, a.double() @ b.double() + c.double(), rtol=1e-6, what="D = A B + C")
+    a, b, c = torch.randn(16, 16, generator=gen).half(), torch.randn(16, 16, generator=gen).half(), torch.randn(
+        16, 16, generator=gen)
+    for mode, how in ((0, "fragments by the table"), (1, "ldmatrix")):
+        d = torch.full((16, 16), float("nan"))
+        lib.call("toy mma", "run_toy", a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr(), mode)
+        assert_close(d, a.double() @ b.double() + c.double(), rtol=1e-6, what=f"D = A B + C, {how}")
     with pytest.raises(cuda_cpu.KernelError, match=r"mma\.sync\.m16n8k16 .*lane 31 .*has exited"):
-        lib.call("toy mma", "run_toy", a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr(), 1)
+        lib.call("toy mma", "run_toy", a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr(), 2)

@@ -19,7 +19,7 @@
 // atomics (plain read-modify-write: only one thread runs at a time), __half/__nv_bfloat16 with
 // round-to-nearest-even conversions, float2/float4/int4, the fast-math intrinsics (computed with
 // the precise libm function), min/max, cudaGetLastError, the tensor-core mma.sync m16n8k16 (fp16 /
-// bf16 in, fp32 accumulate; kernels/mma.cuh).  Not modelled: timing, occupancy,
+// bf16 in, fp32 accumulate) and ldmatrix (kernels/mma.cuh).  Not modelled: timing, occupancy,
 // coalescing, bank conflicts, memory ordering between blocks, independent thread scheduling
 // beyond synchronization points, texture/constant caches, streams (launches are synchronous).
 #pragma once
@@ -87,7 +87,7 @@ inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }  // launches 
 
 // ---- synchronization and warp collectives (the fiber yields to the scheduler) ------------------
 namespace cuda_emu {
-enum Op { kSyncWarp, kShflIdx, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll, kMma };
+enum Op { kSyncWarp, kShflIdx, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll, kMma, kLdmatrix };
 void syncthreads(const char* file, int line);
 // Waits until every lane of `mask` is in the same collective; `in`/`out`: this lane's bytes.
 void warp_op(Op op, const char* file, int line, unsigned mask, const void* in, void* out, int size, int param,
@@ -133,8 +133,18 @@ template <typename T> inline T __ldg(const T* p) { return *p; }
 // runtime.cpp reassembles into A (16 x 16), B (16 x 8), C by the ISA's documented fragment layout,
 // multiplies, and scatters back: elements a kernel puts in the wrong register land in the wrong
 // place of A or B, as on the GPU.  type: 1 fp16, 2 bf16 (StDtype).
+//
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 (mma.cuh's ldmatrix_x4): lane 8 i + r passes
+// row r (16 bytes) of 8 x 8 matrix i, read here by the lane itself (a checked shared-memory read);
+// the collective hands each lane its fragment of the four matrices, transposed with `trans`.
 namespace cuda_emu {
 void mma_sync(const char* file, int line, int type, float* d, const uint32_t* a, const uint32_t* b, const float* c);
+void ldmatrix_sync(const char* file, int line, int trans, uint32_t* d, const uint32_t* row);
+inline void ldmatrix_x4(const char* file, int line, int trans, uint32_t* d, const void* row) {
+  const uint32_t* p = static_cast<const uint32_t*>(row);
+  const uint32_t words[4] = {p[0], p[1], p[2], p[3]};
+  ldmatrix_sync(file, line, trans, d, words);
+}
 }  // namespace cuda_emu
 #define CUDA_EMU 1
 

@@ -132,7 +132,7 @@ void fail(int code, const std::string& what) {
 const char* op_name(Op op) {
   static const char* names[] = {"__syncwarp", "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync",
                                 "__shfl_xor_sync", "__ballot_sync", "__any_sync", "__all_sync",
-                                "mma.sync.m16n8k16"};
+                                "mma.sync.m16n8k16", "ldmatrix.x4"};
   return names[op];
 }
 
@@ -339,6 +339,24 @@ void mma_m16n8k16(int base, int type) {
   }
 }
 
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 for the 32 lanes from `base` (PTX ISA,
+// "ldmatrix"): lane 8 i + r passed row r of matrix i; lane (g = lane / 4, t = lane % 4) receives
+// in register i the elements M_i[g][2 t], M_i[g][2 t + 1] (low half first), or with .trans
+// M_i[2 t][g], M_i[2 t + 1][g]: an mma fragment of the matrix, or of its transpose.
+void ldmatrix_x4(int base, bool trans) {
+  uint16_t m[4][8][8];
+  for (int lane = 0; lane < 32; ++lane) memcpy(m[lane / 8][lane % 8], rt.fibers[base + lane].in, 16);
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, t = lane % 4;
+    uint32_t d[4];
+    for (int i = 0; i < 4; ++i) {
+      const uint16_t lo = trans ? m[i][2 * t][g] : m[i][g][2 * t], hi = trans ? m[i][2 * t + 1][g] : m[i][g][2 * t + 1];
+      d[i] = lo | static_cast<uint32_t>(hi) << 16;
+    }
+    memcpy(rt.fibers[base + lane].out, d, sizeof d);
+  }
+}
+
 // Completes the collectives of `warp` whose every lane has arrived; false if none could.
 bool resolve_warp(int warp, int threads) {
   const int base = warp * 32, lanes = lanes_in(warp, threads);
@@ -372,7 +390,8 @@ bool resolve_warp(int warp, int threads) {
       complete = g.state == State::Warp && g.mask == mask && g.op == f.op;
     }
     if (!complete) continue;
-    if (f.op == kMma) mma_m16n8k16(base, f.param);  // its mask is the whole warp (mma_sync)
+    if (f.op == kMma) mma_m16n8k16(base, f.param);  // their mask is the whole warp (mma_sync, ldmatrix_sync)
+    if (f.op == kLdmatrix) ldmatrix_x4(base, f.param != 0);
     unsigned ballot = 0;
     for (int k = 0; k < lanes; ++k)
       if ((mask & (1u << k)) && *reinterpret_cast<const unsigned*>(rt.fibers[base + k].in)) ballot |= 1u << k;
@@ -382,7 +401,7 @@ bool resolve_warp(int warp, int threads) {
       if (g.op == kBallot || g.op == kAny || g.op == kAll) {
         const unsigned r = g.op == kBallot ? ballot : g.op == kAny ? ballot != 0 : ballot == (mask & existing);
         memcpy(g.out, &r, sizeof r);
-      } else if (g.op != kSyncWarp && g.op != kMma) {
+      } else if (g.op != kSyncWarp && g.op != kMma && g.op != kLdmatrix) {
         const int w = g.width, seg = k / w, idx = k % w;
         int src = k;
         if (g.op == kShflIdx) src = seg * w + (g.param & (w - 1));
@@ -707,8 +726,8 @@ void warp_op(Op op, const char* file, int line, unsigned mask, const void* in, v
   if (out && g.size) memcpy(out, g.out, g.size);
 }
 
-// .aligned: all 32 lanes execute the same mma, so its mask is the whole warp; a lane that exited
-// first, or a warp of fewer than 32 threads, is reported by resolve_warp.
+// .aligned: all 32 lanes execute the same mma (ldmatrix), so its mask is the whole warp; a lane
+// that exited first, or a warp of fewer than 32 threads, is reported by resolve_warp.
 void mma_sync(const char* file, int line, int type, float* d, const uint32_t* a, const uint32_t* b, const float* c) {
   Fiber& f = rt.fibers[rt.current];
   f.state = State::Warp;
@@ -722,6 +741,21 @@ void mma_sync(const char* file, int line, int type, float* d, const uint32_t* a,
   memcpy(f.in, a, 16);
   memcpy(f.in + 16, b, 8);
   memcpy(f.in + 24, c, 16);
+  yield_to_scheduler();
+  memcpy(d, rt.fibers[rt.current].out, 16);
+}
+
+void ldmatrix_sync(const char* file, int line, int trans, uint32_t* d, const uint32_t* row) {
+  Fiber& f = rt.fibers[rt.current];
+  f.state = State::Warp;
+  f.op = kLdmatrix;
+  f.file = file;
+  f.line = line;
+  f.mask = 0xffffffffu;
+  f.param = trans;
+  f.width = 32;
+  f.size = 0;
+  memcpy(f.in, row, 16);
   yield_to_scheduler();
   memcpy(d, rt.fibers[rt.current].out, 16);
 }
