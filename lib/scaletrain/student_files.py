@@ -31,6 +31,14 @@ STUDENT_MODULES = {
     "moe_capacity": ("scaletrain.moe.capacity", "a10_moe"),
     "moe_dispatch": ("scaletrain.moe.dropless", "a10_moe"),
     "moe_all_to_all": ("scaletrain.moe.all_to_all", "a10_moe"),
+    "profile_categories": ("scaletrain.profile.categories", "a11_profiling"),
+    "profile_cost": ("scaletrain.profile.cost", "a11_profiling"),
+    "profile_tables": ("scaletrain.profile.tables", "a11_profiling"),
+    "profile_pld": ("scaletrain.profile.pld", "a11_profiling"),
+    "infer_kv_cache": ("scaletrain.infer.kv_cache", "a12_inference"),
+    "infer_beam": ("scaletrain.infer.beam", "a12_inference"),
+    "infer_rerank": ("scaletrain.infer.rerank", "a12_inference"),
+    "infer_quant": ("scaletrain.infer.quant", "a12_inference"),
 }
 # Triton kernel files, which scaletrain.ops loads by path from kernels/ (`kernel_file`), not imports:
 # stem -> assignment folder

@@ -36,7 +36,12 @@ def beam_search(model, prompt: torch.Tensor, *, beam_size: int, steps: int,
     `select(scores (k, V), k)` → (values, flat indices) picks the survivors: `flat_topk`, or
     rerank.beam_topk (retrieve and re-rank). Only beam 0 is live at the start (all rows hold the same
     prompt), so the first step does not return k copies of one sequence.
+
+    The contract: one `KVCache.for_model(model, batch=beam_size, ...)` and `forward_cached` for every
+    model call: the prompt once, then one new token per beam per step (k·(s0 + steps - 1) positions in
+    all); every returned score is the log-probability the full forward gives its sequence.
     """
+    # BEGIN SOLUTION
     k, V = beam_size, model.cfg.vocab_size
     cache = KVCache.for_model(model, batch=k, max_len=prompt.numel() + steps)
     logits = forward_cached(model, prompt.expand(k, -1), cache)[:, -1]
@@ -52,6 +57,7 @@ def beam_search(model, prompt: torch.Tensor, *, beam_size: int, steps: int,
             cache.reorder(parents)
             logits = forward_cached(model, tokens[:, None], cache)[:, -1]
     return seqs, scores
+    # END SOLUTION
 
 
 @torch.no_grad()

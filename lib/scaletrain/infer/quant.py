@@ -82,10 +82,18 @@ def _range(groups: torch.Tensor, spec: QuantSpec) -> tuple[torch.Tensor, torch.T
 
 
 def quantize(w: torch.Tensor, spec: QuantSpec) -> Quantized:
-    """w (…, in) → int8 codes and per-group (S, Z); see the module docstring for the formulas."""
+    """w (…, in) → int8 codes and per-group (S, Z); see the module docstring for the formulas.
+
+    The contract: groups of `group_size_for(w.shape, spec)` consecutive row-major elements, each with
+    its own scale S > 0 and integer zero point Z (Z = 0 when symmetric), in w's dtype, shape (groups,);
+    codes int8 of w's shape inside `spec.qrange`; the grid covers each group's calibrated range
+    [α, β] (`_range`; asymmetric: widened to hold 0) with qrange's codes and is no coarser: with
+    min-max calibration every element of a group errs by |w - r̂| <= S/2 <= (β - α) / (2·(qmax - qmin)).
+    """
     g = group_size_for(w.shape, spec)
     groups = w.detach().reshape(-1, g)
     alpha, beta = _range(groups, spec)
+    # BEGIN SOLUTION
     qmin, qmax = spec.qrange
     tiny = torch.finfo(w.dtype).tiny  # an all-zero group keeps S > 0
     if spec.symmetric:
@@ -97,13 +105,16 @@ def quantize(w: torch.Tensor, spec: QuantSpec) -> Quantized:
         zero = qmin - torch.round(alpha / scale)
     q = torch.clamp(torch.round(groups / scale[:, None]) + zero[:, None], qmin, qmax)
     return Quantized(q.to(torch.int8).reshape(w.shape), scale, zero, g, spec)
+    # END SOLUTION
 
 
 def dequantize(qt: Quantized, dtype: torch.dtype | None = None) -> torch.Tensor:
     """r̂ = (q - Z) · S, in the scales' dtype (or `dtype`)."""
+    # BEGIN SOLUTION
     groups = qt.q.reshape(-1, qt.group_size).to(qt.scale.dtype)
     w = (groups - qt.zero[:, None]) * qt.scale[:, None]
     return w.reshape(qt.q.shape).to(dtype or qt.scale.dtype)
+    # END SOLUTION
 
 
 def fake_quant(w: torch.Tensor, spec: QuantSpec) -> torch.Tensor:

@@ -42,27 +42,37 @@ def rough_threshold(x: torch.Tensor, k: int, groups: int | None = None) -> torch
     """R per row (rows,): the k-th largest of the `groups` group maxima (LightSeq: groups = k, R = min m_i)."""
     groups = groups or k
     _check(x, k, groups)
+    # BEGIN SOLUTION
     gid = group_ids(x.shape[-1], groups, x.device).expand_as(x)
     maxima = x.new_full((x.shape[0], groups), float("-inf")).scatter_reduce(1, gid, x, "amax")
-    return maxima.topk(k, dim=1).values[:, -1]
+    return maxima.sort(dim=1, descending=True).values[:, k - 1]  # sorts rows·groups maxima, not rows·V
+    # END SOLUTION
 
 
 def candidates(x: torch.Tensor, k: int, groups: int | None = None) -> torch.Tensor:
     """The retrieved mask (rows, V): x >= R of its row. Its sum is the number of elements re-ranked."""
+    # BEGIN SOLUTION
     return x >= rough_threshold(x, k, groups)[:, None]
+    # END SOLUTION
 
 
 def _rerank(values: torch.Tensor, index: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact top k of candidate (values, index) rows, already in ascending index order (stable sort)."""
+    # BEGIN SOLUTION
     order = values.sort(dim=-1, descending=True, stable=True).indices[..., :k]
     return values.gather(-1, order), index.gather(-1, order)
+    # END SOLUTION
 
 
 def retrieve_rerank(x: torch.Tensor, k: int, *, groups: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per row top k of x (rows, V) → (values, indices) (rows, k), equal to torch.topk's values.
 
+    The contract: values exactly torch.topk's (ties and -inf included, any 1 <= k <= groups <= V), each
+    index pointing at its value, distinct within a row; torch.topk and kthvalue are not for you to
+    call, and a sort sees the candidates and the group maxima only, never the whole row.
     The candidates of each row are compacted, left-aligned in index order, into a (rows, c_max)
     buffer padded with -inf at index V: only those c_max columns are sorted, not V."""
+    # BEGIN SOLUTION
     mask = candidates(x, k, groups)
     rows, V = x.shape
     pos = mask.cumsum(dim=1) - 1  # each candidate's slot in its row's compacted buffer
@@ -73,16 +83,19 @@ def retrieve_rerank(x: torch.Tensor, k: int, *, groups: int | None = None) -> tu
     values[r, pos[r, c]] = x[r, c]
     index[r, pos[r, c]] = c
     return _rerank(values, index, k)
+    # END SOLUTION
 
 
 def beam_topk(scores: torch.Tensor, k: int, *, groups: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The top k of all beams' scores (beams, V) with flat indices beam·V + token: beam_search's `select`.
     Each beam retrieves its own candidates (R per beam, as LightSeq's example); one re-rank over all.
     A beam holds at most min(k, V) of the survivors, so that is the k each beam retrieves."""
+    # BEGIN SOLUTION
     k_row = min(k, scores.shape[1])
     mask = candidates(scores, k_row, min(groups or k_row, scores.shape[1]))
     flat = mask.flatten().nonzero().squeeze(1)  # ascending flat index
     return _rerank(scores.flatten()[flat], flat, k)
+    # END SOLUTION
 
 
 def retrieve_rerank_triton(x: torch.Tensor, k: int, *, groups: int | None = None):

@@ -1,0 +1,83 @@
+# The file to fill in (handout: README.md here). Staff: generated from lib/scaletrain/infer/rerank.py by `python -m autograder release`; edit the source.
+"""Retrieve and re-rank (LightSeq's hierarchical auto-regressive search), in torch and in Triton.
+
+LightSeq lecture, "Hierarchical Auto Regressive Search for decoding": a beam-search step must pick
+the top k of k·V scores, "need sorting k*V elements!". Instead, per row (beam):
+
+    retrieve  split the V logits into k groups; m_i = the maximum of group i; the rough top-k-th
+              logit R = min_i m_i; keep the logits >= R ("write them into GPU memory")
+    re-rank   the exact top k among those candidates only.
+
+Why it is exact: the k group maxima are k distinct elements >= R, so the row's k-th largest is >= R
+and no true top-k element is dropped (ties at R are kept: ">=", as in the worked example, where
+both 4s survive). With g >= k groups, R = the k-th largest group maximum keeps the same guarantee;
+more groups, a tighter R, fewer candidates. Across beams (`beam_topk`), the global top k lies in the
+union of every row's top k, hence among the union of the rows' candidates.
+
+Ties: indices follow the lowest-index-first order of a stable descending sort, on both backends.
+-inf is an ordinary value (masked logits); NaN is not handled (torch.topk ranks it first).
+The Triton kernel (kernels/retrieve_rerank_triton.py) runs on CUDA, or on CPU through the Triton
+interpreter (TRITON_INTERPRET=1 before triton is imported).
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["group_ids", "rough_threshold", "candidates", "retrieve_rerank", "beam_topk", "retrieve_rerank_triton"]
+
+
+def group_ids(V: int, groups: int, device=None) -> torch.Tensor:
+    """Group of each of V positions: ⌊j·g/V⌋, g contiguous groups of ⌊V/g⌋ or ⌈V/g⌉ (none empty when g <= V)."""
+    return torch.arange(V, device=device) * groups // V
+
+
+def _check(x: torch.Tensor, k: int, groups: int) -> None:
+    V = x.shape[-1]
+    if x.dim() != 2 or not 1 <= k <= groups <= V:
+        raise ValueError(f"retrieve and re-rank: need x (rows, V) and 1 <= k <= groups <= V, "
+                         f"got x {tuple(x.shape)}, k={k}, groups={groups}")
+
+
+def rough_threshold(x: torch.Tensor, k: int, groups: int | None = None) -> torch.Tensor:
+    """R per row (rows,): the k-th largest of the `groups` group maxima (LightSeq: groups = k, R = min m_i)."""
+    groups = groups or k
+    _check(x, k, groups)
+    raise NotImplementedError('a12 task 12.3: implement `rough_threshold` (see assignments/a12_inference/README.md)')
+
+
+def candidates(x: torch.Tensor, k: int, groups: int | None = None) -> torch.Tensor:
+    """The retrieved mask (rows, V): x >= R of its row. Its sum is the number of elements re-ranked."""
+    raise NotImplementedError('a12 task 12.3: implement `candidates` (see assignments/a12_inference/README.md)')
+
+
+def _rerank(values: torch.Tensor, index: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact top k of candidate (values, index) rows, already in ascending index order (stable sort)."""
+    raise NotImplementedError('a12 task 12.3: implement `_rerank` (see assignments/a12_inference/README.md)')
+
+
+def retrieve_rerank(x: torch.Tensor, k: int, *, groups: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row top k of x (rows, V) → (values, indices) (rows, k), equal to torch.topk's values.
+
+    The contract: values exactly torch.topk's (ties and -inf included, any 1 <= k <= groups <= V), each
+    index pointing at its value, distinct within a row; torch.topk and kthvalue are not for you to
+    call, and a sort sees the candidates and the group maxima only, never the whole row.
+    The candidates of each row are compacted, left-aligned in index order, into a (rows, c_max)
+    buffer padded with -inf at index V: only those c_max columns are sorted, not V."""
+    raise NotImplementedError('a12 task 12.3: implement `retrieve_rerank` (see assignments/a12_inference/README.md)')
+
+
+def beam_topk(scores: torch.Tensor, k: int, *, groups: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The top k of all beams' scores (beams, V) with flat indices beam·V + token: beam_search's `select`.
+    Each beam retrieves its own candidates (R per beam, as LightSeq's example); one re-rank over all.
+    A beam holds at most min(k, V) of the survivors, so that is the k each beam retrieves."""
+    raise NotImplementedError('a12 task 12.3: implement `beam_topk` (see assignments/a12_inference/README.md)')
+
+
+def retrieve_rerank_triton(x: torch.Tensor, k: int, *, groups: int | None = None):
+    """The kernel's (values, indices, candidates per row): one program per row (Triton)."""
+    from scaletrain.ops.backends import KERNELS_DIR, load_kernel_module
+
+    groups = groups or k
+    _check(x, k, groups)
+    return load_kernel_module(KERNELS_DIR / "retrieve_rerank_triton.py").retrieve_rerank(x, k, groups)

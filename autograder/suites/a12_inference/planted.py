@@ -1,0 +1,90 @@
+"""a12's planted submissions: each an edit of the solution and the outcomes it must get."""
+
+from __future__ import annotations
+
+from autograder.manifest import Planted
+
+from .names import (BEAM, C_BEAM, C_BEAM_COST, C_BEAM_PRUNED, C_BYTES, C_CACHE, C_Q_ERROR, C_Q_GROUPS, C_Q_MODEL,
+                    C_REORDER, C_RR, C_RR_BEAMS, C_RR_COUNT, C_STEP, CACHE, QUANT, RERANK)
+
+_WRITE = ("        self.k[layer][:, :, self.length:end] = k\n        self.v[layer][:, :, self.length:end] = v\n"
+          "        return self.k[layer][:, :, :end], self.v[layer][:, :, :end]\n")
+_NEXT = "            logits = forward_cached(model, tokens[:, None], cache)[:, -1]\n"
+_MASK = "    mask = candidates(x, k, groups)\n    rows, V = x.shape\n"
+_ORDER = "    order = values.sort(dim=-1, descending=True, stable=True).indices[..., :k]\n"
+_ZERO = "        zero = qmin - torch.round(alpha / scale)\n"
+_RERANK = ("rerank",)
+_QUANT = ("quant",)
+_DECODE = ("decode",)
+_ALL_RR = (C_RR, C_RR_BEAMS, C_RR_COUNT)
+
+
+def _all(outcome: str, names) -> dict:
+    return {name: outcome for name in names}
+
+
+PLANTED = (
+    # 12.1
+    Planted("reorder moves the keys with the beams and leaves the values", CACHE,
+            ("for cache in (self.k, self.v):", "for cache in (self.k,):"), groups=_DECODE,
+            expect={C_REORDER: "failed", C_BEAM: "failed", C_CACHE: "passed", C_BYTES: "passed"}),
+    Planted("cache preallocated twice as long as asked", CACHE,
+            ("shape = (batch, n_head, max_len, head_dim)", "shape = (batch, n_head, 2 * max_len, head_dim)"),
+            groups=_DECODE, expect={C_BYTES: "failed", C_CACHE: "passed", C_STEP: "passed", C_BEAM: "passed"}),
+    # right logits and bytes, O(n²) copies: the history concatenated again at every step
+    Planted("a cache that concatenates the whole history every step", CACHE,
+            (("shape = (batch, n_head, max_len, head_dim)", "shape = (batch, n_head, 0, head_dim)"),
+             (_WRITE, "        self.k[layer] = torch.cat([self.k[layer], k], dim=2)\n"
+                      "        self.v[layer] = torch.cat([self.v[layer], v], dim=2)\n"
+                      "        return self.k[layer], self.v[layer]\n")),
+            groups=_DECODE, expect={C_STEP: "failed", C_CACHE: "passed", C_BYTES: "passed", C_BEAM: "passed"}),
+    # 12.2
+    Planted("beam search that forgets to reorder the cache", BEAM, ("            cache.reorder(parents)\n", ""),
+            groups=_DECODE, expect={C_BEAM: "failed", C_BEAM_PRUNED: "failed", C_CACHE: "passed"}),
+    Planted("beam search that starts every beam live (k copies of the best)", BEAM,
+            ("    scores[0] = 0.0\n", "    scores[:] = 0.0\n"), groups=_DECODE,
+            expect={C_BEAM: "failed", C_BEAM_PRUNED: "failed", C_REORDER: "passed"}),
+    # right sequences and scores without the cache: the whole prefix of every beam again each step
+    Planted("beam search that reruns every beam's whole sequence each step", BEAM,
+            (_NEXT, "            logits = model(torch.cat([prompt.expand(k, -1), seqs], dim=1))[0][:, -1]\n"),
+            groups=_DECODE, expect={C_BEAM: "passed", C_BEAM_PRUNED: "passed", C_BEAM_COST: "failed"}),
+    # 12.3; a boundary the public tests exercise: LightSeq's example keeps the 4 at R
+    Planted("candidates strictly above the threshold (the k-th group maximum dropped)", RERANK,
+            ("return x >= rough_threshold(", "return x > rough_threshold("), groups=_RERANK, expect=_all("failed", _ALL_RR)),
+    Planted("threshold at the largest group maximum (true top-k elements dropped)", RERANK,
+            ("descending=True).values[:, k - 1]", "descending=True).values[:, 0]"), groups=_RERANK,
+            expect=_all("failed", _ALL_RR)),
+    # right values, no retrieval: every row sorted whole
+    Planted("retrieve and re-rank that sorts every whole row", RERANK,
+            (_MASK, "    mask = torch.ones_like(x, dtype=torch.bool)\n    rows, V = x.shape\n"), groups=_RERANK,
+            expect={C_RR: "passed", C_RR_BEAMS: "passed", C_RR_COUNT: "failed"}),
+    Planted("re-rank by torch.topk (forbidden)", RERANK,
+            (_ORDER, "    order = torch.topk(values, k, dim=-1).indices\n"), groups=_RERANK,
+            expect=_all("flagged", _ALL_RR)),
+    Planted("re-rank by topk looked up by a name built at run time", RERANK,
+            (_ORDER, "    order = getattr(torch, 'to' + 'pk')(values, k, dim=-1).indices\n"), groups=_RERANK,
+            expect=_all("flagged", _ALL_RR)),
+    Planted("re-rank that never ends", RERANK, (_MASK, "    while x.numel():\n        pass\n" + _MASK),
+            groups=_RERANK, timeout_s=8, expect=_all("timeout", _ALL_RR)),
+    # 12.4
+    Planted("asymmetric scale without the zero point", QUANT, (_ZERO, "        zero = torch.zeros_like(scale)\n"),
+            groups=_QUANT, expect=_all("failed", (C_Q_ERROR, C_Q_GROUPS, C_Q_MODEL))),
+    Planted("one scale for the whole tensor where groups were asked", QUANT,
+            (("        scale = (beta / qmax).clamp_min(tiny)\n",
+              "        scale = (beta.amax() / qmax).clamp_min(tiny).expand_as(beta)\n"),
+             ("        scale = ((beta - alpha) / (qmax - qmin)).clamp_min(tiny)\n",
+              "        scale = ((beta.amax() - alpha.amin()) / (qmax - qmin)).clamp_min(tiny).expand_as(beta)\n")),
+            groups=_QUANT, expect={C_Q_ERROR: "failed", C_Q_GROUPS: "failed"}),
+    # right codes; dequantize hands back the float weight it kept
+    Planted("dequantize returns the original weight kept beside the codes", QUANT,
+            (("    return Quantized(q.to(torch.int8).reshape(w.shape), scale, zero, g, spec)\n",
+              "    qt = Quantized(q.to(torch.int8).reshape(w.shape), scale, zero, g, spec)\n"
+              "    qt.kept = w.detach().clone()\n    return qt\n"),
+             ("    groups = qt.q.reshape(-1, qt.group_size).to(qt.scale.dtype)\n",
+              "    return qt.kept.to(dtype or qt.scale.dtype)\n")),
+            groups=_QUANT, expect=_all("failed", (C_Q_ERROR, C_Q_GROUPS, C_Q_MODEL))),
+    Planted("quantize kills its process (crash)", QUANT, (_ZERO, "        import os\n        os._exit(3)\n"),
+            groups=_QUANT, expect=_all("error", (C_Q_ERROR, C_Q_GROUPS))),
+    Planted("syntax error", QUANT, ("def dequantize(", "def dequantize(("), groups=_QUANT,
+            expect=_all("error", (C_Q_ERROR, C_Q_GROUPS, C_Q_MODEL))),
+)
