@@ -3,18 +3,21 @@
 // remains the fallback (fp32, other head dims, older GPUs) and the backward.
 // `nvcc -std=c++17 -arch=sm_80 -c kernels/attention_mma.cu`.
 //
-// The work split of Dao 2023 (FlashAttention-2, Algorithm 1 and Sec. 3.3): a CTA of kWarps warps
-// owns kBlockM = 16 kWarps query rows, each warp 16 of them, and walks the key tiles of kBlockN keys
-// staged in shared memory; no warp shares its rows, so the softmax never crosses warps.  Per tile a
-// warp computes its 16 x kBlockN scores S = Q K^T with mma.sync m16n8k16 (kernels/mma.cuh; K and V
-// reach the fragments through ldmatrix, V transposed on the way), keeps
+// The work split of Dao 2023 (FlashAttention-2, Algorithm 1 and Sec. 3.3): a CTA of kMmaWarps
+// warps owns kBlockM = 16 kMmaWarps query rows, each warp 16 of them, and walks the key tiles of
+// kBlockN keys staged in shared memory; no warp shares its rows, so the softmax never crosses
+// warps.  Per tile a warp computes its 16 x kBlockN scores S = Q K^T with mma.sync m16n8k16
+// (kernels/mma.cuh; K and V reach the fragments through ldmatrix, V transposed on the way), keeps
 // the running row max m and sum l (Milakov & Gimelshein's online softmax), rescales its output
 // accumulator by exp(m_old - m_new) and adds P V, P being the score fragment itself re-packed as
 // the next mma's A operand (a C fragment of two adjacent 8-key blocks is an A fragment of 16 keys).
-// The division by l happens once, at the end (FlashAttention-2's first tweak).  Causal: key tiles
+// The division by l happens once, at the end (FlashAttention-2's first tweak).  K and V come in by
+// cp.async (kernels/async_copy.cuh) one tile ahead of their use, V while S is computed and the
+// next K while P V is, in one buffer each, as FlashAttention-2's kernels do.  Causal: key tiles
 // past the CTA's last query are never loaded; only the tiles that cross the diagonal or the end of
 // the keys are masked.  exp2 with log2(e) folded into the scale, as FlashAttention-2's kernels do.
 #include "fused_launchers.h"
+#include "async_copy.cuh"
 #include "kernel_utils.cuh"
 #include "mma.cuh"
 
@@ -29,18 +32,19 @@ constexpr int kPad = 8;                     // 16-bit elements of padding per sh
 // The 32 bits of two consecutive 16-bit elements p[0], p[1] (p[0] in the low half).
 __device__ __forceinline__ uint32_t pair(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
-// rows kBlockN x (D + kPad) of K or V (16-bit elements) from row `first` of the head; rows past
-// `seq_k` are zero (0 x NaN would poison P V).  16-byte copies: the launcher checks the alignment.
+// Starts copying rows kBlockN x D of K or V (16-bit elements) from row `first` of the head into
+// `dst`, one commit group (cp.async: they land while the warps compute); rows past `seq_k` are
+// zeroed at once (0 x NaN would poison P V).  16-byte copies: the launcher checks the alignment.
 template <int D>
-__device__ __forceinline__ void load_tile(uint16_t (*dst)[D + kPad], const uint16_t* src, int64_t first,
-                                          int64_t seq_k) {
+__device__ __forceinline__ void load_tile_async(uint16_t (*dst)[D + kPad], const uint16_t* src, int64_t first,
+                                                int64_t seq_k) {
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
   for (int i = threadIdx.x; i < kBlockN * kChunks; i += kWarp * kMmaWarps) {
     const int r = i / kChunks, c = i % kChunks * 8;
-    const int4 zero = {0, 0, 0, 0};
-    *reinterpret_cast<int4*>(&dst[r][c]) =
-        first + r < seq_k ? *reinterpret_cast<const int4*>(src + (first + r) * D + c) : zero;
+    if (first + r < seq_k) cp_async_16(&dst[r][c], src + (first + r) * D + c);
+    else *reinterpret_cast<int4*>(&dst[r][c]) = int4{0, 0, 0, 0};
   }
+  cp_async_commit();
 }
 
 template <typename T, int D, bool CAUSAL>
@@ -74,12 +78,14 @@ attention_fwd_mma(const T* __restrict__ q, const T* __restrict__ k, const T* __r
     for (int e = 0; e < 4; ++e) acc[x][e] = 0.f;
   float m[2] = {-CUDART_INF_F, -CUDART_INF_F}, l[2] = {0.f, 0.f};  // per row; l: this lane's share
 
+  // FlashAttention-2's pipeline, one buffer each: V of a tile lands while S = Q K^T is computed,
+  // K of the next tile while O += P V is
   const int64_t key_end = CAUSAL ? min(seq_k, m0 + kBlockM) : seq_k;
+  load_tile_async<D>(k_s, kh, 0, seq_k);
   for (int64_t tile = 0; tile < key_end; tile += kBlockN) {
-    __syncthreads();  // every warp is done with the previous tile
-    load_tile<D>(k_s, kh, tile, seq_k);
-    load_tile<D>(v_s, vh, tile, seq_k);
-    __syncthreads();
+    cp_async_wait<0>();  // this thread's copies of K have landed
+    __syncthreads();     // everyone's; and every warp is done with the previous V
+    load_tile_async<D>(v_s, vh, tile, seq_k);
 
     float s[kBlockN / 8][4];  // S (16 x kBlockN): one C fragment per 8 keys
 #pragma unroll
@@ -131,6 +137,9 @@ attention_fwd_mma(const T* __restrict__ q, const T* __restrict__ k, const T* __r
         acc[x][2 * h + 1] *= alpha;
       }
     }
+    cp_async_wait<0>();  // V has landed
+    __syncthreads();     // for every thread; and every warp is done with K
+    if (tile + kBlockN < key_end) load_tile_async<D>(k_s, kh, tile + kBlockN, seq_k);
     // O += P V, 16 keys at a time: P's C fragments of keys 16c.. and 16c+8.. are the A fragment
 #pragma unroll
     for (int c = 0; c < kBlockN / 16; ++c) {

@@ -1,8 +1,8 @@
 """kernels/attention_mma.cu builds for the GPUs it is launched on, checked without one: nvcc for sm_80
 (A100) and sm_90 (H100 / H200), every instance (fp16 / bf16 x head dim 64 / 128 x causal or not)
 through ptxas without spills and storing its outputs (scaletrain.ops.toolchain.nvcc), and its PTX
-holds the tensor-core mma.sync of both element types and the ldmatrix loads (plain and .trans),
-not the pre-sm_80 trap of mma.cuh.
+holds the tensor-core mma.sync of both element types, the ldmatrix loads (plain and .trans) and the
+cp.async copies, not the pre-sm_80 traps of mma.cuh and async_copy.cuh.
 (test_kernels_compile.py compiles every kernels/*.cu for sm_80 too; its numbers on the CPU:
 test_attention_mma_cuda_cpu.py.)"""
 
@@ -30,11 +30,12 @@ def test_attention_mma_compiles_for_sm80_and_sm90_without_spills():
         assert len(report) == 8, f"sm_{arch}: {len(report)} kernels, expected 2 dtypes x 2 head dims x causal or not"
 
 
-def test_the_ptx_uses_the_tensor_core_mma_for_fp16_and_bf16_and_ldmatrix():
+def test_the_ptx_uses_mma_sync_ldmatrix_and_cp_async():
     ptx = subprocess.run([NVCC, "-std=c++17", "-arch=sm_80", f"-I{KERNELS_DIR}", "--ptx", "-o", "-", str(SOURCE)],
                          capture_output=True, text=True, timeout=300, check=True).stdout
     for kind in ("f16.f16", "bf16.bf16"):
         assert f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.f32" in ptx, kind
-    for load in ("ldmatrix.sync.aligned.m8n8.x4.shared.b16", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"):
+    for load in ("ldmatrix.sync.aligned.m8n8.x4.shared.b16", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16",
+                 "cp.async.cg.shared.global", "cp.async.wait_group 0"):
         assert load in ptx, load
     assert "trap;" not in ptx

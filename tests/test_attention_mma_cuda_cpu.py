@@ -9,6 +9,7 @@ ISA's fragment layout (kernels/cuda_cpu/runtime.cpp, mma_m16n8k16):
 * planted wrong fragment layouts (V's B fragment loaded by ldmatrix without .trans, Q's A
   registers in the wrong order) compile, run, and give wrong numbers: the emulator models the
   layouts, it does not ignore them;
+* the K tile read before its cp.async copy was waited for is stopped (the copy had not landed);
 * the emulator's mma and ldmatrix themselves: one warp's D = A B + C from fragments written out
   by the ISA's table or loaded by ldmatrix (plain and .trans), and a lane that leaves before the
   mma is named.
@@ -88,6 +89,20 @@ def test_a_planted_wrong_fragment_layout_gives_wrong_numbers(plant, tmp_path):
     assert o.isfinite().all(), "the plant should run to the end and give wrong numbers, not crash"
     with pytest.raises(AssertionError, match="O"):
         assert_close(o, _reference(q, k, v, False)[0], rtol=TOLERANCE[torch.float16], what="O")
+
+
+def test_a_read_before_the_async_copy_landed_is_stopped(tmp_path):
+    """cp.async lands at the wait that releases it (the emulator's model): without the wait for K,
+    the scores read a tile no thread has written yet."""
+    from scaletrain.ops.toolchain import cuda_cpu
+    from scaletrain.ops.toolchain.attention_cuda_cpu import attention_fwd_mma
+    wait = "    cp_async_wait<0>();  // this thread's copies of K have landed\n"
+    source = (KERNELS_DIR / "attention_mma.cu").read_text()
+    assert source.count(wait) == 1, "the planted line is gone from attention_mma.cu"
+    (tmp_path / "attention_mma.cu").write_text(source.replace(wait, ""))
+    q, k, v = _inputs(1, 16, 16, 64, torch.float16)
+    with pytest.raises(cuda_cpu.KernelError, match="k_s.* that no thread of this block has written"):
+        attention_fwd_mma(q, k, v, folder=tmp_path)
 
 
 TOY = r"""

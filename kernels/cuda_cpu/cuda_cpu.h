@@ -19,7 +19,7 @@
 // atomics (plain read-modify-write: only one thread runs at a time), __half/__nv_bfloat16 with
 // round-to-nearest-even conversions, float2/float4/int4, the fast-math intrinsics (computed with
 // the precise libm function), min/max, cudaGetLastError, the tensor-core mma.sync m16n8k16 (fp16 /
-// bf16 in, fp32 accumulate) and ldmatrix (kernels/mma.cuh).  Not modelled: timing, occupancy,
+// bf16 in, fp32 accumulate) and ldmatrix (kernels/mma.cuh), cp.async (kernels/async_copy.cuh).  Not modelled: timing, occupancy,
 // coalescing, bank conflicts, memory ordering between blocks, independent thread scheduling
 // beyond synchronization points, texture/constant caches, streams (launches are synchronous).
 #pragma once
@@ -145,6 +145,14 @@ inline void ldmatrix_x4(const char* file, int line, int trans, uint32_t* d, cons
   const uint32_t words[4] = {p[0], p[1], p[2], p[3]};
   ldmatrix_sync(file, line, trans, d, words);
 }
+}  // namespace cuda_emu
+//
+// cp.async (kernels/async_copy.cuh): a 16-byte global -> shared copy that lands only when a
+// cp.async.wait_group of the issuing thread releases its commit group (runtime.cpp).
+namespace cuda_emu {
+void cp_async(void* dst, const void* src, size_t n);
+void cp_async_commit();
+void cp_async_wait(int pending);
 }  // namespace cuda_emu
 #define CUDA_EMU 1
 

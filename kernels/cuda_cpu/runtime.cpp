@@ -49,6 +49,7 @@ constexpr size_t kStackBytes = 64 << 10;
 constexpr int kMaxThreads = 1024;
 
 enum class State { Ready, Barrier, Warp, Done };
+struct AsyncCopy { char* dst; const char* src; size_t n; int group; };  // group -1: not committed yet
 struct Fiber {
   void* sp;        // saved stack pointer (assembly switch)
 #if !defined(__x86_64__) && !defined(__aarch64__)
@@ -62,6 +63,8 @@ struct Fiber {
   unsigned mask;
   int param, width, size;
   unsigned char in[40], out[16];  // in: a shuffle's value, or an mma's a, b, c registers
+  std::vector<AsyncCopy> copies;  // its cp.async copies not landed yet
+  int groups;                     // its cp.async groups committed so far
 };
 
 struct Region { char* map; size_t map_len; char* p; size_t n; std::string name; bool writable; };
@@ -758,6 +761,35 @@ void ldmatrix_sync(const char* file, int line, int trans, uint32_t* d, const uin
   memcpy(f.in, row, 16);
   yield_to_scheduler();
   memcpy(d, rt.fibers[rt.current].out, 16);
+}
+
+// cp.async (PTX ISA, "cp.async", "cp.async.wait_group"): a copy lands only when a wait of its own
+// thread releases its group, so a kernel that reads the destination before waiting (or before
+// the barrier after the wait, from another thread) reads what was there, NaN in a fresh block, or
+// is stopped by the race check: the landing is a write by the waiting thread at that moment.
+void cp_async(void* dst, const void* src, size_t n) {
+  rt.fibers[rt.current].copies.push_back({static_cast<char*>(dst), static_cast<const char*>(src), n, -1});
+}
+
+void cp_async_commit() {
+  Fiber& f = rt.fibers[rt.current];
+  for (AsyncCopy& c : f.copies)
+    if (c.group < 0) c.group = f.groups;
+  ++f.groups;
+}
+
+void cp_async_wait(int pending) {
+  Fiber& f = rt.fibers[rt.current];
+  std::vector<AsyncCopy> later;
+  for (const AsyncCopy& c : f.copies) {
+    if (c.group < 0 || c.group >= f.groups - pending) {
+      later.push_back(c);
+      continue;
+    }
+    memcpy(c.dst, c.src, c.n);
+    shared_write(c.dst, c.n);
+  }
+  f.copies.swap(later);
 }
 
 void* dynamic_shared() { return rt.dyn_smem; }
