@@ -29,7 +29,7 @@ import warnings
 import torch
 
 from scaletrain import bench
-from scaletrain.ops import attention_naive, traffic
+from scaletrain.ops import attention_naive, ceiling, traffic
 
 __all__ = ["main", "speed_rows", "bytes_rows", "GRADED", "speed_inputs", "sdpa_paths", "forward_backward",
            "batch_seconds", "graded_speed", "local_student", "graded_rows"]
@@ -184,8 +184,11 @@ def graded_speed(student, direction: str, *, seed: int, spec: dict | None = None
 
 def speed_rows(ns=(512, 1024, 2048, 4096), *, dtype=torch.float16, causal: bool = False, reps: int = 10,
                batch: int = 4, heads: int = 16) -> list[dict]:
-    """GPU only: one row per (n, direction) with times, TFLOP/s, speedups vs math and flash, memory."""
+    """GPU only: one row per (n, direction) with times, TFLOP/s and its % of a large bf16 matmul measured
+    first (ceiling.py; fp16 and bf16 share the tensor cores' peak), speedups vs math and flash, memory."""
     from scaletrain.ops import attention
+
+    matmul_tflops = ceiling.measure("cuda", quick=True).matmul_tflops
 
     dname = next(k for k, v in DTYPES.items() if v == dtype)
     probe = speed_inputs({"batch": 1, "heads": 1, "n": 128, "dtype": dname}, device="cuda")[:3]
@@ -215,9 +218,10 @@ def speed_rows(ns=(512, 1024, 2048, 4096), *, dtype=torch.float16, causal: bool 
                 if name in ("math", "flash"):
                     continue
                 vs_math = bench.Comparison(comp.candidate, comps["math"].candidate)
+                tflops = _flops(n, batch * heads, causal, direction) / comp.candidate.median / 1e12
                 rows.append({"n": n, "direction": direction, "impl": name, "ms": comp.candidate.median * 1e3,
                              "p20 ms": comp.candidate.p20 * 1e3, "p80 ms": comp.candidate.p80 * 1e3,
-                             "TFLOP/s": _flops(n, batch * heads, causal, direction) / comp.candidate.median / 1e12,
+                             "TFLOP/s": tflops, "% matmul": ceiling.percent(tflops, matmul_tflops),
                              "math ms": comps["math"].candidate.median * 1e3,
                              "flash ms": comps["flash"].candidate.median * 1e3,
                              "vs math": 1 / vs_math.ratio, "vs flash": 1 / comp.ratio,
