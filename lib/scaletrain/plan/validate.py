@@ -28,6 +28,10 @@ see the rows they are judged on (Table 1 rows 1-7 and Llama 3's 8,192-GPU row on
   d = 1, so no data-parallel term can matter; the planner's bubble is 4-6 % of its time, so even
   none would leave -7 % (530B) and -4 % (1T). A GEMM-size slope fitted on rows 1-7 is zero
   (kappa = 0), and Table 1's own 530B and 1T rows (the same layers in 2021) are within 2.4 %.
+  Any tensor-parallel term moves small models most (its share of the time goes as t/h): hiding
+  the backward's 2 of 6 allreduces per layer behind the weight-gradient GEMMs (Megatron's
+  asynchronous TP allreduce) takes the 22B run -1.3 → +4.0 % and the 530B only -10.9 → -9.1 %,
+  widening the drift.
   The published baseline says why: at full recomputation the 530B layout runs at 180 TFLOP/s per
   GPU in 2022 and at 163 in Table 1 (2021), the same t, p and m: a faster code base, which the
   data the fit may use does not show. Kept: the A100's memory is 80 GiB (81,920 MiB), not
