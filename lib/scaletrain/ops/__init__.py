@@ -16,10 +16,12 @@ from scaletrain.ops.mask import MaskView
 
 __all__ = ["softmax", "layer_norm", "Backend", "BACKENDS", "get_backend", "MaskView", "triton_interpreter_on"]
 
-# Module 1b: FlashAttention, the fused cross-entropy criterion and the fused embedding
-# (attention.py, cross_entropy.py, embedding.py; kernels/attention_triton.py and siblings).
+# Module 1b: FlashAttention, the fused cross-entropy criterion (and the LM head + loss over row
+# chunks, never the whole logits) and the fused embedding (attention.py, cross_entropy.py,
+# linear_cross_entropy.py, embedding.py; kernels/attention_triton.py and siblings).
 from scaletrain.ops.attention import attention  # noqa: E402
 from scaletrain.ops.cross_entropy import cross_entropy  # noqa: E402
 from scaletrain.ops.embedding import embedding  # noqa: E402
+from scaletrain.ops.linear_cross_entropy import linear_cross_entropy  # noqa: E402
 
-__all__ += ["attention", "cross_entropy", "embedding"]
+__all__ += ["attention", "cross_entropy", "embedding", "linear_cross_entropy"]
