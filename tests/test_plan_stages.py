@@ -23,7 +23,8 @@ def _brute_force(layers: int, pp: int, shed: int) -> set:
     """Every (first, q, ..., q, last) summing to l, ends within shed below the middle q (p = 2:
     two stages within shed of each other), the even split left out."""
     if pp == 2:
-        return {(f, layers - f) for f in range(1, layers) if 0 < abs(2 * f - layers) <= shed}
+        return {(f, last) for f in range(1, layers) for last in range(1, layers)
+                if f + last == layers and 0 < abs(f - last) <= shed}
     return {(f, *[q] * (pp - 2), last) for q in range(1, layers + 1) for f in range(1, q + 1)
             for last in range(1, q + 1) if f + last + (pp - 2) * q == layers
             and min(f, last) >= q - shed and (f, last) != (q, q)}
