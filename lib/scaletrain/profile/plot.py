@@ -74,7 +74,7 @@ def time_to_loss_plot(ax, runs: list[Run], *, title: str = "time to a validation
         ax.plot(r.walls, r.losses, color=colors[r.method], lw=1, alpha=0.8,
                 label=r.method if r.seed == min(q.seed for q in runs if q.method == r.method) else None)
     ax.axhline(runs[0].target, color="k", ls="--", lw=0.8, label=f"target {runs[0].target}")
-    top = max(r.losses[min(1, len(r.losses) - 1)] for r in runs)  # the first loss, ln V, would flatten the rest
+    target = runs[0].target  # the first losses (ln V) would flatten the approach to the target: cut them
     ax.set(xlabel="training seconds (evaluations not counted)", ylabel="validation loss (nats/byte)", title=title,
-           ylim=(runs[0].target - 0.2, top + 0.1))
+           ylim=(target - 0.2, target + 0.8))
     ax.legend(fontsize=8)
