@@ -52,6 +52,7 @@ class Setup:
 
 
 QUICK = Setup()
+# Not run in this repository's sessions yet: minutes per run on a CPU, nine runs for three seeds.
 FULL = Setup(cfg=GPTConfig(block_size=64, n_layer=8, n_head=4, n_embd=64), target=2.6, max_steps=3000,
              eval_every=10, val_windows=64, gamma=0.003, curriculum_start=8, curriculum_steps=400)
 
