@@ -55,7 +55,10 @@ attention_fwd_mma(const T* __restrict__ q, const T* __restrict__ k, const T* __r
   __shared__ __align__(16) uint16_t v_s[kBlockN][D + kPad];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int g = lane / 4, t = lane % 4;  // the PTX fragment layout's groupID, threadID_in_group
-  const int64_t bh = blockIdx.y, m0 = static_cast<int64_t>(blockIdx.x) * kBlockM;
+  // causal: the CTAs with the most key tiles (the last query rows) start first, so that the short
+  // ones fill the tail of the grid instead of the long ones (FlashAttention-2's scheduling)
+  const unsigned m_block = CAUSAL ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int64_t bh = blockIdx.y, m0 = static_cast<int64_t>(m_block) * kBlockM;
   const int64_t row[2] = {m0 + warp * 16 + g, m0 + warp * 16 + g + 8};  // this lane's two query rows
   const uint16_t* qh = reinterpret_cast<const uint16_t*>(q) + bh * seq_q * D;
   const uint16_t* kh = reinterpret_cast<const uint16_t*>(k) + bh * seq_k * D;

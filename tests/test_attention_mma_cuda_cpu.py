@@ -38,18 +38,20 @@ def _reference(q, k, v, causal):
             torch.logsumexp(qd @ kd.transpose(1, 2) / d ** 0.5 + hidden, -1))
 
 
-def _inputs(bh, seq_q, seq_k, d, dtype, seed=0):
+def _inputs(bh, seq_q, seq_k, d, dtype, seed=0, gain=1.0):
     gen = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(bh, s, d, generator=gen).to(dtype) for s in (seq_q, seq_k, seq_k))
+    return tuple((gain * torch.randn(bh, s, d, generator=gen)).to(dtype) for s in (seq_q, seq_k, seq_k))
 
 
-@pytest.mark.parametrize("bh,seq_q,seq_k,d,causal,dtype", [
-    (2, 70, 70, 64, True, torch.float16), (3, 17, 17, 64, False, torch.bfloat16),
-    (1, 130, 90, 64, True, torch.bfloat16), (1, 33, 150, 128, False, torch.float16),
-    (2, 64, 128, 128, True, torch.bfloat16), (1, 1, 1, 128, True, torch.float16)])
-def test_attention_mma_cu_matches_torch_in_the_emulator(bh, seq_q, seq_k, d, causal, dtype):
+# gain 5: scores of +-100 and more, whose row max moves from tile to tile (the rescale of O and l)
+@pytest.mark.parametrize("bh,seq_q,seq_k,d,causal,dtype,gain", [
+    (2, 70, 70, 64, True, torch.float16, 1), (3, 17, 17, 64, False, torch.bfloat16, 1),
+    (1, 130, 90, 64, True, torch.bfloat16, 1), (1, 33, 150, 128, False, torch.float16, 1),
+    (2, 64, 128, 128, True, torch.bfloat16, 1), (1, 1, 1, 128, True, torch.float16, 1),
+    (1, 100, 200, 64, False, torch.float16, 5)])
+def test_attention_mma_cu_matches_torch_in_the_emulator(bh, seq_q, seq_k, d, causal, dtype, gain):
     from scaletrain.ops.toolchain.attention_cuda_cpu import attention_fwd_mma
-    q, k, v = _inputs(bh, seq_q, seq_k, d, dtype)
+    q, k, v = _inputs(bh, seq_q, seq_k, d, dtype, gain=gain)
     o, lse = attention_fwd_mma(q, k, v, causal)
     ref_o, ref_lse = _reference(q, k, v, causal)
     # P is rounded to the storage type before P V, as in FlashAttention-2: one storage rounding
