@@ -17,7 +17,8 @@ def test_the_cli_prints_the_tables_and_writes_figures_and_trace(tmp_path, capsys
     firsts = [line.split()[0] for line in out.splitlines() if line.split() and line.split()[0] in CATEGORIES]
     assert firsts[:3] == ["matmul", "attention", "normalization"] and "optimizer" in firsts
     assert any(line.strip().startswith("step (profiled)") for line in out.splitlines())
-    for name in ("profile_bars.png", "profile_roofline.png"):
+    assert "memory by tensor kind at the marks of a step" in out
+    for name in ("profile_bars.png", "profile_roofline.png", "profile_memory.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "traceEvents" in json.loads((tmp_path / "profile_trace.json").read_text())
 

@@ -2,9 +2,10 @@
 
 Profiles training steps of a GPT-2-like model and prints where the time goes (training-speedup-
 lecture.md, "GPT-2 Profiling: Time"): ms by category for the forward, the backward and the
-optimizer step; the costliest priced ops against the roofline measured on this machine; the MFU.
-Writes `profile_bars.png`, `profile_roofline.png` and the Chrome trace `profile_trace.json`
-(open in ui.perfetto.dev or chrome://tracing) under DIR (default ./bench_out).
+optimizer step; the costliest priced ops against the roofline measured on this machine; the MFU;
+the bytes of each tensor kind at the marks of a step ("GPT-2 Profiling: Memory", memory_timeline.py).
+Writes `profile_bars.png`, `profile_roofline.png`, `profile_memory.png` and the Chrome trace
+`profile_trace.json` (open in ui.perfetto.dev or chrome://tracing) under DIR (default ./bench_out).
 
 Shapes: on a GPU, GPT-2 small as the seeds profile it (h = 768, 12 layers, s = 512, b = 8, V = 50257;
 fp32) — that path exists but has NOT been run in this repository's sessions (no GPU): treat its
@@ -21,6 +22,7 @@ import torch
 
 from scaletrain import bench
 from scaletrain.models import GPT, make_batch
+from scaletrain.profile.memory_timeline import KINDS, memory_timeline
 from scaletrain.profile.roofline import measure_machine
 from scaletrain.profile.shapes import SHAPES, pick_shape, resolve_device
 from scaletrain.profile.tables import category_table, op_table, step_mfu
@@ -40,16 +42,32 @@ def profile_gpt(shape: str, device: str, *, steps: int, trace_name: str = "profi
     return prof, sum(p.numel() for p in model.parameters()), idx.numel()
 
 
-def figures(prof, rows, machine, name: str = "profile"):
+def memory_marks(shape: str, device: str):
+    """The memory timeline of two AdamW steps of a fresh GPT of `shape` (the second one is the steady state)."""
+    cfg, batch = SHAPES[shape]
+    model = GPT(cfg, seed=0).to(device)
+    data = tuple(t.to(device) for t in make_batch(cfg, batch, seed=0))
+    return memory_timeline(model, data, torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True))
+
+
+def memory_table(marks) -> list[dict]:
+    """MB of each kind at the marks of the last step."""
+    last = [m for m in marks if m.step == marks[-1].step]
+    return [{"phase": m.phase, "mark": m.label, **{f"{k} MB": m.bytes[k] / 1e6 for k in KINDS},
+             "total MB": sum(m.bytes.values()) / 1e6} for m in last]
+
+
+def figures(prof, rows, machine, marks, name: str = "profile"):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from scaletrain.profile.plot import category_bars, roofline_plot
+    from scaletrain.profile.plot import category_bars, memory_timeline_plot, roofline_plot
 
     paths = []
     for suffix, draw in (("bars", lambda ax: category_bars(ax, prof)),
-                         ("roofline", lambda ax: roofline_plot(ax, rows, machine))):
+                         ("roofline", lambda ax: roofline_plot(ax, rows, machine)),
+                         ("memory", lambda ax: memory_timeline_plot(ax, marks))):
         fig, ax = plt.subplots(figsize=(7, 4.5))
         draw(ax)
         fig.tight_layout()
@@ -81,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         # the same thread count as the profile: the roofs it can reach
         machine = measure_machine(device, **(dict(matmul_n=384, copy_mb=16) if args.quick else {}))
         prof, num_params, tokens = profile_gpt(shape, device, steps=args.steps)
+        marks = memory_marks(shape, device)
     finally:
         torch.set_num_threads(threads)
     totals = ", ".join(f"{sum(d.values()) * 1e3:.1f}" for d in prof.by_step)
@@ -91,7 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nthe {TOP_OPS} costliest priced ops, on the roofline (ridge {machine.ridge:.1f} FLOP/B)\n"
           + bench.format_table(rows[:TOP_OPS]))
     print("\nMFU\n" + bench.format_table([step_mfu(prof, machine, num_params=num_params, tokens=tokens)]))
-    paths = figures(prof, rows, machine)
+    print("\nmemory by tensor kind at the marks of a step (the second: Adam's state already there)\n"
+          + bench.format_table(memory_table(marks)))
+    paths = figures(prof, rows, machine, marks)
     print(f"\nwrote {', '.join(str(p) for p in paths)}, {prof.trace_path}")
     return 0
 

@@ -27,7 +27,7 @@ from scaletrain.models import GPT
 
 __all__ = ["KINDS", "Mark", "memory_timeline"]
 
-KINDS = ("parameters", "gradients", "optimizer state", "activations")
+KINDS = ("parameters", "optimizer state", "gradients", "activations")  # the longest-lived first (a plot's base)
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ def memory_timeline_plot(ax, marks: list[Mark], *, title: str = "memory by tenso
     """Stacked areas of memory_timeline's kinds (MB) at each mark; each mark's label on the x axis."""
     xs = range(len(marks))
     ax.stackplot(xs, *[[m.bytes[k] / 1e6 for m in marks] for k in KINDS], labels=KINDS, alpha=0.8)
-    ax.set_xticks(list(xs), [f"{m.step}: {m.phase[:3]} {m.label}" for m in marks], rotation=90, fontsize=7)
+    ax.set_xticks(list(xs), [f"{m.step}: {m.phase} {m.label}" for m in marks], rotation=90, fontsize=7)
     ax.set(ylabel="MB", title=title)
     ax.legend(fontsize=8, loc="upper left")
 
