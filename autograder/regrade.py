@@ -48,7 +48,7 @@ from typing import Callable, ContextManager
 from autograder import zygote
 from autograder.checks import SEED_ENV, grading_seed
 from autograder.invocation import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, choose_device, submission_folder
-from autograder.grade import UnusableSubmission, grade_assignment
+from autograder.grade import UnusableSubmission, grade_assignment, shared_build
 from autograder.manifest import OUTCOMES, REPO, Manifest, get_manifest
 from autograder.package_info import PackageError, PackageInfo
 from autograder.results import from_gradescope, to_gradescope, write_json
@@ -322,7 +322,7 @@ def _cpu_checks(manifest: Manifest, path: Path) -> tuple[list[Result], str] | No
     return results, payload.get("extra_data", {}).get("device", "unknown")
 
 
-def _grade(manifest: Manifest, sub: Submission, device: str, cpu_results: Path | None) -> dict:
+def _grade(manifest: Manifest, sub: Submission, device: str, cpu_results: Path | None, build: Path | None) -> dict:
     """results.json for one submission; a grader failure is recorded, never raised, so one broken
     submission can't stop the class."""
     start = time.monotonic()
@@ -330,7 +330,7 @@ def _grade(manifest: Manifest, sub: Submission, device: str, cpu_results: Path |
     groups = [g for g in manifest.groups if g.needs_gpu or earlier is None]
     try:
         fresh = grade_assignment(manifest, submission_folder(manifest, str(sub.folder), every=False), device,
-                                 groups=tuple(g.name for g in groups)) if groups else []
+                                 groups=tuple(g.name for g in groups), build=build) if groups else []
         harness_error = ""
     except Exception as exc:  # noqa: BLE001 - record it and go on with the next student
         harness_error = f"{type(exc).__name__}: {exc}"
@@ -443,9 +443,9 @@ def regrade(manifest: Manifest, submissions: Path, out: Path, device: str, *, se
     seed = grading_seed() if seed is None else seed
     graded: list[tuple[Submission, dict]] = []
     try:
-        with seeded(seed), preload():
+        with seeded(seed), preload(), shared_build(manifest) as build:
             for i, sub in enumerate(subs, 1):
-                graded.append((sub, _grade_or_keep(manifest, sub, out, device, seed, cpu_results, force,
+                graded.append((sub, _grade_or_keep(manifest, sub, out, device, seed, cpu_results, force, build,
                                                    lambda s: progress(f"[{i}/{len(subs)}] {sub.student}: {s}"))))
     except KeyboardInterrupt:  # counted on disk: Ctrl-C may land between a results.json and its progress line
         kept = sum(_finished(out / s.key / "results.json", manifest, device, seed) is not None for s in subs)
@@ -455,7 +455,7 @@ def regrade(manifest: Manifest, submissions: Path, out: Path, device: str, *, se
 
 
 def _grade_or_keep(manifest: Manifest, sub: Submission, out: Path, device: str, seed: int, cpu_results: Path | None,
-                   force: bool, progress: Callable[[str], None]) -> dict:
+                   force: bool, build: Path | None, progress: Callable[[str], None]) -> dict:
     """One submission's results.json: an earlier run's when it finished on this device and seed,
     else graded now and written whole before the next submission starts."""
     path = out / sub.key / "results.json"
@@ -463,7 +463,7 @@ def _grade_or_keep(manifest: Manifest, sub: Submission, out: Path, device: str, 
     if payload is not None:
         progress(f"{_line(payload)} (kept from an earlier run)")
         return payload
-    payload = _grade(manifest, sub, device, cpu_results)
+    payload = _grade(manifest, sub, device, cpu_results, build)
     write_json(path, payload)
     progress(f"{_line(payload)} ({payload['execution_time']:.1f} s)")
     return payload

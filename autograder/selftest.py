@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from autograder import zygote
-from autograder.grade import grade_assignment, static_outcomes
+from autograder.grade import grade_assignment, shared_build, static_outcomes
 from autograder.manifest import Manifest, Planted, get_manifest
 from autograder.runner import Result
 
@@ -28,19 +28,19 @@ def _mismatches(results: list[Result], allowed: set[str]) -> list[str]:
     return [f"{r.check.name}: {r.outcome} ({r.reason})" for r in results if r.outcome not in allowed]
 
 
-def check_solution(m: Manifest, device: str, progress) -> CaseResult:
-    results = grade_assignment(m, m.solution_dir(), device, progress=progress)
+def check_solution(m: Manifest, device: str, progress, build: Path | None = None) -> CaseResult:
+    results = grade_assignment(m, m.solution_dir(), device, build=build, progress=progress)
     bad = _mismatches(results, {"passed", "not_run"})
     return CaseResult(f"{m.assignment} solution gets full marks", not bad, "; ".join(bad))
 
 
-def check_stub(m: Manifest, device: str, progress) -> CaseResult:
-    results = grade_assignment(m, m.stub_dir(), device, progress=progress)
+def check_stub(m: Manifest, device: str, progress, build: Path | None = None) -> CaseResult:
+    results = grade_assignment(m, m.stub_dir(), device, build=build, progress=progress)
     bad = _mismatches(results, {"failed", "not_run"})
     return CaseResult(f"{m.assignment} untouched stub scores zero cleanly", not bad, "; ".join(bad))
 
 
-def check_planted(m: Manifest, planted: Planted, device: str, progress) -> CaseResult:
+def check_planted(m: Manifest, planted: Planted, device: str, progress, build: Path | None = None) -> CaseResult:
     name = f"{m.assignment} planted '{planted.name}'"
     with tempfile.TemporaryDirectory(prefix=f"planted-{m.assignment}-") as tmp:
         folder = Path(tmp) / m.folder
@@ -51,7 +51,7 @@ def check_planted(m: Manifest, planted: Planted, device: str, progress) -> CaseR
         except ValueError as exc:
             return CaseResult(name, False, str(exc))
         results = grade_assignment(m, folder, device, groups=planted.groups,
-                                   timeout_s=planted.timeout_s, progress=progress)
+                                   timeout_s=planted.timeout_s, build=build, progress=progress)
     got = {r.check.name: r for r in results}
     bad = [f"{check}: expected {want}, got {got[check].outcome} ({got[check].reason})"
            if check in got else f"{check}: expected {want}, but its group was not graded"
@@ -60,7 +60,7 @@ def check_planted(m: Manifest, planted: Planted, device: str, progress) -> CaseR
     return CaseResult(name, not bad, "; ".join(bad))
 
 
-def check_hostile_files(m: Manifest, device: str, progress) -> CaseResult:
+def check_hostile_files(m: Manifest, device: str, progress, build: Path | None = None) -> CaseResult:
     """Planted for every assignment, decided before anything runs: each graded file in turn a link to
     the solution's (it would earn the reference's marks if followed), then, for Python, a 300,000-term
     expression (the parser's RecursionError): that file's checks are `error`, never a pass or a
@@ -88,11 +88,12 @@ def check_hostile_files(m: Manifest, device: str, progress) -> CaseResult:
 def run_selftest(assignment: str, *, device: str = "cpu",
                  progress: Callable[[str], None] = lambda s: None) -> list[CaseResult]:
     """The solution is graded alone (its speed checks need a quiet machine); the stub and the
-    planted cases, two at a time: much of their time is spent waiting for a hang's time limit."""
+    planted cases, two at a time: much of their time is spent waiting for a hang's time limit.
+    All of them import one grading build of the library."""
     m = get_manifest(assignment)
-    with zygote.preloaded():
-        cases = [check_solution(m, device, progress)]
+    with zygote.preloaded(), shared_build(m) as build:
+        cases = [check_solution(m, device, progress, build)]
         jobs = [(check_stub, m), (check_hostile_files, m)] + [(partial(check_planted, m), p) for p in m.planted]
         with ThreadPoolExecutor(max_workers=2) as pool:
-            cases += pool.map(lambda job: job[0](job[1], device, progress), jobs)
+            cases += pool.map(lambda job: job[0](job[1], device, progress, build), jobs)
     return cases

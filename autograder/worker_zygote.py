@@ -51,13 +51,19 @@ def serve(grader: socket.socket) -> None:
     clients: list[socket.socket] = []
     while True:
         for sock in select.select([grader, *clients], [], [])[0]:
-            message, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST, REQUEST_FDS)
+            try:
+                message, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST, REQUEST_FDS)
+            except ConnectionResetError:  # the peer closed with a message unread (Ctrl-C mid-request): it ended
+                message, fds = b"", []
             if sock is grader:
                 if not message:
                     return
                 ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
                 clients.append(ours)
-                socket.send_fds(grader, [b"client"], [theirs.fileno()])
+                try:
+                    socket.send_fds(grader, [b"client"], [theirs.fileno()])
+                except (BrokenPipeError, ConnectionResetError):  # the grader is gone: so are we
+                    return
                 theirs.close()
             elif not message or len(fds) != REQUEST_FDS:  # the runner ended (or sent nonsense)
                 clients.remove(sock)

@@ -188,7 +188,10 @@ def serve(sock: socket.socket) -> None:
         __import__(name)
     base_path = _base_path()
     while True:
-        message, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST, 3)  # log, status[, a workers' client]
+        try:
+            message, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST, 3)  # log, status[, a workers' client]
+        except ConnectionResetError:  # the grader closed with a request unread (Ctrl-C while it sent one)
+            return
         if not message:
             return
         request = json.loads(message)
