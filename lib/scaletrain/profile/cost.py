@@ -68,11 +68,15 @@ def _numel(shape: Sequence[int]) -> int:
 
 
 def _matmul(name: str, shapes, size: int) -> Cost:
+    """A product's FLOPs and bytes from the profiler's `input_shapes` (module docstring): addmm and
+    baddbmm record (bias, A, B), mm and bmm (A, B); bmm's and baddbmm's operands carry a batch dimension."""
+    # BEGIN SOLUTION
     a, b = (shapes[1], shapes[2]) if name in ("aten::addmm", "aten::baddbmm") else (shapes[0], shapes[1])
     batch = a[0] if len(a) == 3 else 1
     m, k, n = a[-2], a[-1], b[-1]
     operands = sum(_numel(s) for s in shapes if s)  # bias (addmm) included
     return Cost(2 * batch * m * n * k, (operands + batch * m * n) * size)
+    # END SOLUTION
 
 
 def _attention(shapes, causal: bool, backward: bool, size: int) -> Cost:
@@ -92,7 +96,20 @@ def _rows(shape) -> tuple[int, int]:
 def op_cost(name: str, shapes: Sequence[Sequence[int]], dtypes: Sequence[str] = (),
             concrete: Sequence = ()) -> Cost | None:
     """The FLOPs and bytes of the aten op `name` called on tensors of `shapes` (the profiler's
-    `input_shapes`, `input_dtypes` and `concrete_inputs`); None for an op this model leaves out."""
+    `input_shapes`, `input_dtypes` and `concrete_inputs`); None for an op this model leaves out.
+
+    `shapes` holds one entry per argument: a tensor's shape, [] for a scalar or a non-tensor.  The
+    element size is the first input's dtype's (`itemsize`).  What each kind must give (module docstring):
+      * MATMULS: 2 FLOPs per multiply-add of the product (a bias add not counted); bytes: every
+        operand read once (a bias too) and the output written once.
+      * native_layer_norm, _softmax, _log_softmax and their backwards: bytes of every row tensor
+        read once and written once (LayerNorm: x in, y out; its backward: x and dy in, dx out;
+        softmax's backward: y and dy in, dx out), its per-row statistics and per-column weights
+        optionally; FLOPs a handful per element of x (at least 1, at most 20).
+      * ELEMENTWISE: bytes of its tensor inputs read once and an output the size of the largest
+        input written once; FLOPs at least 1 and at most 20 per output element; None when no
+        argument is a tensor.
+    """
     size = itemsize(dtypes[0]) if dtypes else 4
     shapes = [list(s) if isinstance(s, (list, tuple)) else [] for s in shapes]
     if name in MATMULS:
@@ -102,14 +119,18 @@ def op_cost(name: str, shapes: Sequence[Sequence[int]], dtypes: Sequence[str] = 
         return _attention(shapes, bool(concrete[at]) if len(concrete) > at else False, name.endswith("_backward"), size)
     if name in ("aten::native_layer_norm", "aten::native_layer_norm_backward", "aten::_softmax",
                 "aten::_softmax_backward_data", "aten::_log_softmax", "aten::_log_softmax_backward_data"):
+        # BEGIN SOLUTION
         op = "layer_norm" if "layer_norm" in name else "softmax"
         direction = "bwd" if "backward" in name else "fwd"
         m, n = _rows(shapes[0])
         return Cost(_PER_ELEMENT[direction] * m * n, traffic.minimum(op, direction, m, n).nbytes(size))
+        # END SOLUTION
     if name in ELEMENTWISE:
+        # BEGIN SOLUTION
         tensors = [_numel(s) for s in shapes if s]
         if not tensors:
             return None
         out = max(tensors)
         return Cost(out * max(1, len(tensors) - 1), (sum(tensors) + out) * size)
+        # END SOLUTION
     return None

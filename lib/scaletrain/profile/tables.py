@@ -26,11 +26,15 @@ UNACCOUNTED = "between ops"
 
 
 def category_seconds(prof: StepProfile) -> dict[tuple[str, str], float]:
-    """(phase, category) -> seconds per step, the ops' inclusive times summed."""
+    """(phase, category) -> seconds per step, the ops' inclusive times summed: `prof.ops` are the
+    outermost ops of `prof.steps` profiled steps (trace.py), each with its phase, category and
+    seconds (over all steps).  Pairs that no op has may be left out or be 0."""
+    # BEGIN SOLUTION
     out: dict[tuple[str, str], float] = defaultdict(float)
     for op in prof.ops:
         out[(op.phase, op.category)] += op.seconds / prof.steps
     return dict(out)
+    # END SOLUTION
 
 
 def category_table(prof: StepProfile) -> list[dict]:
@@ -83,7 +87,15 @@ def _shapes(shapes: tuple, width: int = 36) -> str:
 
 
 def step_mfu(prof: StepProfile, machine: Machine, *, num_params: int, tokens: int) -> dict:
-    """MFU of the profiled step against the measured peak, and the profile's own FLOP count."""
+    """MFU of the profiled step against the measured peak, and the profile's own FLOP count.
+
+    `num_params` parameters train on `tokens` tokens per step; `prof.phase_seconds` holds the wall
+    time of each phase over all `prof.steps` steps; `prof.kernels` the priced ops, each with its
+    `cost.flops` (over all steps).  The keys graded: "step ms" (one step's wall time), "model GFLOP
+    (6NT)" (a training step's model FLOPs, Kaplan et al. 2020: forward and backward), "MFU %" (model
+    FLOPs per second over the peak, PaLM appendix B), "counted GFLOP" (per step) and "counted / peak %"
+    (the counted FLOPs per second over the peak); the others are shown beside them."""
+    # BEGIN SOLUTION
     step = sum(prof.phase_seconds.values()) / prof.steps
     counted = sum(k.cost.flops for k in prof.kernels) / prof.steps
     model = memory.training_flops(num_params=num_params, num_tokens=tokens)
@@ -92,3 +104,4 @@ def step_mfu(prof: StepProfile, machine: Machine, *, num_params: int, tokens: in
             "MFU %": 100 * memory.mfu(num_params=num_params, tokens_per_second=tokens / step,
                                       peak_flops_per_second=machine.peak_flops),
             "counted / peak %": 100 * counted / step / machine.peak_flops}
+    # END SOLUTION

@@ -1,0 +1,134 @@
+"""a11's probe: the student's categoriser, op costs, step tables and PLD run on the inputs the trusted
+side sends; raw outputs come back.
+
+Each function takes a list of jobs and returns one answer per job.  Profiles arrive as plain data
+and are handed to the student's functions as objects with the attributes of trace.py's StepProfile
+and OpRecord (a kernel's `cost` with `flops` and `bytes`); the GPTs of PLD are the course's
+`scaletrain.models.GPT`, built here from the seed the trusted side sent.  Nothing here knows an
+expected value: labels, references and verdicts are in autograder/suites/a11_profiling/.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from autograder.checks import student_module
+from autograder.wire import short
+
+STEMS = ("profile_categories", "profile_cost", "profile_tables", "profile_pld")
+
+
+def _shown(value):
+    """A str, number, bool or None as it is; anything else as its type and repr (the wire carries data only)."""
+    return value if value is None or isinstance(value, (str, int, float, bool)) else \
+        short(f"{type(value).__name__}: {value!r}", 200)
+
+
+def load(_jobs: list) -> bool:
+    """Import the student's files (an import error becomes every check's outcome)."""
+    for stem in STEMS:
+        student_module(stem)
+    return True
+
+
+def categorise(names: list) -> list:
+    fn = student_module("profile_categories").categorise
+    return [_shown(fn(name)) for name in names]
+
+
+def costs(jobs: list) -> list:
+    """[flops, bytes] of each op_cost, None where it returned None, a text where it returned neither."""
+    fn = student_module("profile_cost").op_cost
+    out = []
+    for job in jobs:
+        cost = fn(job["name"], [list(s) for s in job["shapes"]], list(job["dtypes"]), ())
+        if cost is None:
+            out.append(None)
+        else:
+            flops, nbytes = getattr(cost, "flops", None), getattr(cost, "bytes", None)
+            out.append([_shown(flops), _shown(nbytes)] if hasattr(cost, "flops") else _shown(cost))
+    return out
+
+
+def _profile(data: dict) -> SimpleNamespace:
+    ops = [SimpleNamespace(**op, cost=None, shapes=()) for op in data["ops"]]
+    kernels = [SimpleNamespace(**{k: v for k, v in op.items() if k not in ("flops", "bytes")}, shapes=(),
+                               cost=SimpleNamespace(flops=op["flops"], bytes=op["bytes"])) for op in data["kernels"]]
+    return SimpleNamespace(ops=ops, kernels=kernels, phase_seconds=dict(data["phase_seconds"]), steps=data["steps"],
+                           device="cpu", trace_path=None, peak_memory=None, by_step=[dict(d) for d in data["by_step"]])
+
+
+def breakdown(profiles: list) -> list:
+    """category_seconds of each profile as [phase, category, seconds] rows."""
+    fn = student_module("profile_tables").category_seconds
+    out = []
+    for data in profiles:
+        got = fn(_profile(data))
+        out.append([[*map(_shown, key), _shown(v)] if isinstance(key, tuple) else [_shown(key), _shown(v)]
+                    for key, v in got.items()] if isinstance(got, dict) else _shown(got))
+    return out
+
+
+def mfu(profiles: list) -> list:
+    fn = student_module("profile_tables").step_mfu
+    out = []
+    for data in profiles:
+        machine = SimpleNamespace(**data["machine"], device="cpu")
+        machine.ridge = machine.peak_flops / machine.bandwidth
+        got = fn(_profile(data), machine, num_params=data["num_params"], tokens=data["tokens"])
+        out.append({str(k): _shown(v) for k, v in got.items()} if isinstance(got, dict) else _shown(got))
+    return out
+
+
+def schedule(jobs: list) -> list:
+    """θ(t) at each t of the job, and p(t) for the job's number of layers."""
+    m = student_module("profile_pld")
+    out = []
+    for job in jobs:
+        kw = dict(theta_bar=job["theta_bar"], gamma=job["gamma"])
+        out.append({"theta": [_shown(m.theta(t, **kw)) for t in job["ts"]],
+                    "keep": [[_shown(p) for p in m.keep_probabilities(t, job["num_layers"], **kw)]
+                             for t in job["ts"]]})
+    return out
+
+
+def gates(jobs: list) -> list:
+    """`draws` calls of sample_gates on one seeded generator: a (draws, L) uint8 tensor of the gates,
+    or the first answer that is not a list of L bools."""
+    import torch
+    fn = student_module("profile_pld").sample_gates
+    out = []
+    for job in jobs:
+        gen, rows = torch.Generator().manual_seed(job["seed"]), []
+        for _ in range(job["draws"]):
+            got = fn(list(job["probs"]), gen)
+            if not isinstance(got, list) or len(got) != len(job["probs"]) or \
+                    not all(isinstance(g, bool) for g in got):
+                rows = short(f"{type(got).__name__}: {got!r}", 200)
+                break
+            rows.append(got)
+        out.append(torch.tensor(rows, dtype=torch.uint8) if isinstance(rows, list) else rows)
+    return out
+
+
+def forward(jobs: list) -> list:
+    """pld_forward of each job's GPT on its batch: the logits, then after a backward of their sum of
+    squares, which blocks' parameters got a gradient."""
+    import torch
+    from scaletrain.models import GPT, GPTConfig, make_batch
+    fn = student_module("profile_pld").pld_forward
+    out = []
+    for job in jobs:
+        cfg = GPTConfig(**job["cfg"])
+        model = GPT(cfg, seed=job["seed"])
+        idx, targets = make_batch(cfg, job["batch"], seed=job["batch_seed"])
+        logits = fn(model, idx, targets, list(job["gates"]), list(job["probs"]))[0]
+        if not isinstance(logits, torch.Tensor):
+            out.append({"logits": _shown(logits), "grads": []})
+            continue
+        logits.float().pow(2).mean().backward()
+        out.append({"logits": logits.detach().clone(),
+                    "grads": [any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in block.parameters())
+                              if any(p.grad is not None for p in block.parameters()) else None
+                              for block in model.blocks]})
+    return out
