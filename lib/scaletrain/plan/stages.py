@@ -21,8 +21,8 @@ microbatch it weighs less, since the head is never recomputed (3 passes against 
 under full recomputation: `time_model.slowest_stage`). The search (`stage_options`) tries every
 first/last map whose end stages give up at most ⌈head_layers⌉ layers (giving up more only moves
 work onto the middle stages) and lets the time model pick: BLOOM's head, 1.07 layers per
-microbatch, is what the balanced split takes off its last stage (6 × 11, 4 is 0.3 % faster, on
-the first stage's memory); a head worth several layers (a large vocabulary, few layers per
+microbatch, is what the balanced split takes off its last stage (6 × 11, 4 is 0.3 % faster, for
+4.8 GB more on the first stage); a head worth several layers (a large vocabulary, few layers per
 stage) wants a last stage lighter still (tests/test_plan_stages.py).
 
 Padding, the alternative, rounds l up to a multiple of p with idle layers: every stage then
