@@ -16,36 +16,13 @@
 // next K while P V is, in one buffer each, as FlashAttention-2's kernels do.  Causal: key tiles
 // past the CTA's last query are never loaded; only the tiles that cross the diagonal or the end of
 // the keys are masked.  exp2 with log2(e) folded into the scale, as FlashAttention-2's kernels do.
+#include "attention_mma.cuh"
 #include "fused_launchers.h"
-#include "async_copy.cuh"
-#include "kernel_utils.cuh"
-#include "mma.cuh"
 
 namespace st {
 
-constexpr int kMmaWarps = 4;                // warps per CTA, 16 query rows each
-constexpr int kBlockM = 16 * kMmaWarps;     // query rows per CTA
-constexpr int kBlockN = 64;                 // keys per shared-memory tile
-constexpr int kPad = 8;                     // 16-bit elements of padding per shared row: a row starts 4
-                                            // banks further on, so an ldmatrix's 8 rows hit 32 banks
-
-// The 32 bits of two consecutive 16-bit elements p[0], p[1] (p[0] in the low half).
-__device__ __forceinline__ uint32_t pair(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
-
-// Starts copying rows kBlockN x D of K or V (16-bit elements) from row `first` of the head into
-// `dst`, one commit group (cp.async: they land while the warps compute); rows past `seq_k` are
-// zeroed at once (0 x NaN would poison P V).  16-byte copies: the launcher checks the alignment.
-template <int D>
-__device__ __forceinline__ void load_tile_async(uint16_t (*dst)[D + kPad], const uint16_t* src, int64_t first,
-                                                int64_t seq_k) {
-  constexpr int kChunks = D / 8;  // 16-byte chunks per row
-  for (int i = threadIdx.x; i < kBlockN * kChunks; i += kWarp * kMmaWarps) {
-    const int r = i / kChunks, c = i % kChunks * 8;
-    if (first + r < seq_k) cp_async_16(&dst[r][c], src + (first + r) * D + c);
-    else *reinterpret_cast<int4*>(&dst[r][c]) = int4{0, 0, 0, 0};
-  }
-  cp_async_commit();
-}
+constexpr int kBlockM = 16 * kMmaWarps;  // query rows per CTA
+constexpr int kBlockN = 64;              // keys per shared-memory tile
 
 template <typename T, int D, bool CAUSAL>
 __global__ void __launch_bounds__(kWarp * kMmaWarps)
@@ -64,16 +41,8 @@ attention_fwd_mma(const T* __restrict__ q, const T* __restrict__ k, const T* __r
   const uint16_t* kh = reinterpret_cast<const uint16_t*>(k) + bh * seq_k * D;
   const uint16_t* vh = reinterpret_cast<const uint16_t*>(v) + bh * seq_k * D;
 
-  // Q as A fragments, one per 16 columns, straight from global memory (read once); rows past the
-  // end are zero and are never stored
-  uint32_t qa[D / 16][4];
-#pragma unroll
-  for (int s = 0; s < D / 16; ++s)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int64_t qr = row[r % 2];
-      qa[s][r] = qr < seq_q ? pair(qh + qr * D + s * 16 + 2 * t + 8 * (r / 2)) : 0u;
-    }
+  uint32_t qa[D / 16][4];  // Q as A fragments, from global memory once
+  load_a_rows<D>(qa, qh, row, seq_q);
   float acc[D / 8][4];  // O (16 x D): one C fragment per 8 columns
 #pragma unroll
   for (int x = 0; x < D / 8; ++x)
@@ -84,26 +53,13 @@ attention_fwd_mma(const T* __restrict__ q, const T* __restrict__ k, const T* __r
   // FlashAttention-2's pipeline, one buffer each: V of a tile lands while S = Q K^T is computed,
   // K of the next tile while O += P V is
   const int64_t key_end = CAUSAL ? min(seq_k, m0 + kBlockM) : seq_k;
-  load_tile_async<D>(k_s, kh, 0, seq_k);
+  load_rows_async<kBlockN, D>(k_s, kh, 0, seq_k);
   for (int64_t tile = 0; tile < key_end; tile += kBlockN) {
     cp_async_wait<0>();  // this thread's copies of K have landed
     __syncthreads();     // everyone's; and every warp is done with the previous V
-    load_tile_async<D>(v_s, vh, tile, seq_k);
-
-    float s[kBlockN / 8][4];  // S (16 x kBlockN): one C fragment per 8 keys
-#pragma unroll
-    for (int j = 0; j < kBlockN / 8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[j][e] = 0.f;
-#pragma unroll
-      for (int c = 0; c < D / 16; c += 2) {  // B = K^T, K-major: K's rows as stored, 32 columns at once
-        uint32_t kb[4];
-        ldmatrix_x4<false>(kb, &k_s[j * 8 + lane % 8][c * 16 + lane / 8 * 8]);
-        const uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
-        mma_m16n8k16<T>(s[j], qa[c], b0);
-        mma_m16n8k16<T>(s[j], qa[c + 1], b1);
-      }
-    }
+    load_rows_async<kBlockN, D>(v_s, vh, tile, seq_k);
+    float s[kBlockN / 8][4];  // S = Q K^T (16 x kBlockN): one C fragment per 8 keys
+    scores<T, D, kBlockN>(s, qa, k_s);
     const bool edge = tile + kBlockN > seq_k || (CAUSAL && tile + kBlockN - 1 > m0 + warp * 16);
 #pragma unroll
     for (int j = 0; j < kBlockN / 8; ++j)
@@ -142,22 +98,8 @@ attention_fwd_mma(const T* __restrict__ q, const T* __restrict__ k, const T* __r
     }
     cp_async_wait<0>();  // V has landed
     __syncthreads();     // for every thread; and every warp is done with K
-    if (tile + kBlockN < key_end) load_tile_async<D>(k_s, kh, tile + kBlockN, seq_k);
-    // O += P V, 16 keys at a time: P's C fragments of keys 16c.. and 16c+8.. are the A fragment
-#pragma unroll
-    for (int c = 0; c < kBlockN / 16; ++c) {
-      const uint32_t pa[4] = {MmaType<T>::pack(s[2 * c][0], s[2 * c][1]), MmaType<T>::pack(s[2 * c][2], s[2 * c][3]),
-                              MmaType<T>::pack(s[2 * c + 1][0], s[2 * c + 1][1]),
-                              MmaType<T>::pack(s[2 * c + 1][2], s[2 * c + 1][3])};
-#pragma unroll
-      for (int x = 0; x < D / 8; x += 2) {  // B = V, row-major: transposed by ldmatrix, 16 columns at once
-        uint32_t vb[4];
-        ldmatrix_x4<true>(vb, &v_s[c * 16 + lane / 8 % 2 * 8 + lane % 8][(x + lane / 16) * 8]);
-        const uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
-        mma_m16n8k16<T>(acc[x], pa, b0);
-        mma_m16n8k16<T>(acc[x + 1], pa, b1);
-      }
-    }
+    if (tile + kBlockN < key_end) load_rows_async<kBlockN, D>(k_s, kh, tile + kBlockN, seq_k);
+    accumulate<T, D, kBlockN>(acc, s, v_s);  // O += P V, P rounded to T
   }
 
 #pragma unroll
@@ -165,10 +107,7 @@ attention_fwd_mma(const T* __restrict__ q, const T* __restrict__ k, const T* __r
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);  // the row's sum over its 4 lanes
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
     if (row[h] >= seq_q) continue;
-    const float inv_l = 1.f / l[h];
-    uint32_t* orow = reinterpret_cast<uint32_t*>(reinterpret_cast<uint16_t*>(o) + (bh * seq_q + row[h]) * D);
-#pragma unroll
-    for (int x = 0; x < D / 8; ++x) orow[(x * 8 + 2 * t) / 2] = MmaType<T>::pack(acc[x][2 * h] * inv_l, acc[x][2 * h + 1] * inv_l);
+    store_row<T, D>(o + (bh * seq_q + row[h]) * D, acc, h, 1.f / l[h]);
     if (t == 0) lse[bh * seq_q + row[h]] = (m[h] + log2f(l[h])) * 0.6931471805599453f;  // back to base e
   }
 }

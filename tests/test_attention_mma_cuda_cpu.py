@@ -67,27 +67,35 @@ def test_what_the_tensor_core_kernel_does_not_run_is_refused(dtype, d):
         attention_fwd_mma(q, q, q)
 
 
-# (the line of attention_mma.cu, its planted replacement): each keeps the kernel compiling and in bounds
+def _planted(folder, good: str, bad: str):
+    """kernels/'s attention_mma.cu and headers copied into `folder`, `good` replaced by `bad` in the
+    one file that holds it."""
+    holders = []
+    for path in [KERNELS_DIR / "attention_mma.cu", *KERNELS_DIR.glob("*.cuh"), *KERNELS_DIR.glob("*.h")]:
+        text = path.read_text()
+        holders += [path.name] * text.count(good)
+        (folder / path.name).write_text(text.replace(good, bad))
+    assert len(holders) == 1, f"the planted line should be in one place, found in {holders or 'none'}: {good!r}"
+    return folder
+
+
+# (the line of attention_mma.cuh, its planted replacement): each keeps the kernel compiling and in bounds
 PLANTS = {
     "V's B fragment loaded without .trans (row-major V where the mma wants it K-major)": (
         "ldmatrix_x4<true>(vb, ", "ldmatrix_x4<false>(vb, "),
     "Q's A registers 1 and 2 swapped (rows g+8 and columns 2t+8 exchanged)": (
         "const int64_t qr = row[r % 2];\n"
-        "      qa[s][r] = qr < seq_q ? pair(qh + qr * D + s * 16 + 2 * t + 8 * (r / 2)) : 0u;",
+        "      a[s][r] = qr < n ? pair(src + qr * D + s * 16 + 2 * t + 8 * (r / 2)) : 0u;",
         "const int64_t qr = row[r / 2];\n"
-        "      qa[s][r] = qr < seq_q ? pair(qh + qr * D + s * 16 + 2 * t + 8 * (r % 2)) : 0u;"),
+        "      a[s][r] = qr < n ? pair(src + qr * D + s * 16 + 2 * t + 8 * (r % 2)) : 0u;"),
 }
 
 
 @pytest.mark.parametrize("plant", list(PLANTS), ids=["transposed_b", "swapped_a_registers"])
 def test_a_planted_wrong_fragment_layout_gives_wrong_numbers(plant, tmp_path):
     from scaletrain.ops.toolchain.attention_cuda_cpu import attention_fwd_mma
-    good, bad = PLANTS[plant]
-    source = (KERNELS_DIR / "attention_mma.cu").read_text()
-    assert source.count(good) == 1, f"the planted line is gone from attention_mma.cu: {good!r}"
-    (tmp_path / "attention_mma.cu").write_text(source.replace(good, bad))
     q, k, v = _inputs(2, 40, 64, 64, torch.float16, seed=1)
-    o, _ = attention_fwd_mma(q, k, v, False, folder=tmp_path)
+    o, _ = attention_fwd_mma(q, k, v, False, folder=_planted(tmp_path, *PLANTS[plant]))
     assert o.isfinite().all(), "the plant should run to the end and give wrong numbers, not crash"
     with pytest.raises(AssertionError, match="O"):
         assert_close(o, _reference(q, k, v, False)[0], rtol=TOLERANCE[torch.float16], what="O")
@@ -99,12 +107,9 @@ def test_a_read_before_the_async_copy_landed_is_stopped(tmp_path):
     from scaletrain.ops.toolchain import cuda_cpu
     from scaletrain.ops.toolchain.attention_cuda_cpu import attention_fwd_mma
     wait = "    cp_async_wait<0>();  // this thread's copies of K have landed\n"
-    source = (KERNELS_DIR / "attention_mma.cu").read_text()
-    assert source.count(wait) == 1, "the planted line is gone from attention_mma.cu"
-    (tmp_path / "attention_mma.cu").write_text(source.replace(wait, ""))
     q, k, v = _inputs(1, 16, 16, 64, torch.float16)
     with pytest.raises(cuda_cpu.KernelError, match="k_s.* that no thread of this block has written"):
-        attention_fwd_mma(q, k, v, folder=tmp_path)
+        attention_fwd_mma(q, k, v, folder=_planted(tmp_path, wait, ""))
 
 
 TOY = r"""

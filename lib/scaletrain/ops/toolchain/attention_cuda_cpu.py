@@ -45,8 +45,8 @@ def _library():
 
 @functools.cache
 def _mma_library(folder: str):
-    """attention_mma.cu of `folder` (a planted variant in the tests), with kernels/'s headers."""
-    lib = cuda_cpu.load(folder, include=KERNELS_DIR, sources=("attention_mma.cu",))
+    """attention_mma.cu and its headers, all from `folder` (kernels/, or a planted copy in the tests)."""
+    lib = cuda_cpu.load(folder, include=folder, sources=("attention_mma.cu",))
     lib.dll.st_attention_fwd_mma.restype = c.c_int
     lib.dll.st_attention_fwd_mma.argtypes = _SIGNATURES["st_attention_fwd"]
     return lib
