@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from autograder.manifest import Planted
+import textwrap
+
+from autograder.attacks import function_attacks
+from autograder.manifest import REPO, Planted
 
 from .names import (BEAM, C_BEAM, C_BEAM_COST, C_BEAM_PRUNED, C_BYTES, C_CACHE, C_Q_ERROR, C_Q_GROUPS, C_Q_MODEL,
-                    C_REORDER, C_RR, C_RR_BEAMS, C_RR_COUNT, C_STEP, CACHE, QUANT, RERANK)
+                    C_REORDER, C_RR, C_RR_BEAMS, C_RR_COUNT, C_STEP, CACHE, QUANT, RERANK, SOURCES)
 
 _WRITE = ("        self.k[layer][:, :, self.length:end] = k\n        self.v[layer][:, :, self.length:end] = v\n"
           "        return self.k[layer][:, :, :end], self.v[layer][:, :, :end]\n")
@@ -13,6 +16,7 @@ _NEXT = "            logits = forward_cached(model, tokens[:, None], cache)[:, -
 _MASK = "    mask = candidates(x, k, groups)\n    rows, V = x.shape\n"
 _ORDER = "    order = values.sort(dim=-1, descending=True, stable=True).indices[..., :k]\n"
 _ZERO = "        zero = qmin - torch.round(alpha / scale)\n"
+_NBYTES = "        return sum(t.numel() * t.element_size() for t in (*self.k, *self.v))\n"
 _RERANK = ("rerank",)
 _QUANT = ("quant",)
 _DECODE = ("decode",)
@@ -21,6 +25,17 @@ _ALL_RR = (C_RR, C_RR_BEAMS, C_RR_COUNT)
 
 def _all(outcome: str, names) -> dict:
     return {name: outcome for name in names}
+
+
+def _attacks() -> tuple[Planted, ...]:
+    """Attacks on the grader itself (issue 13's catalogue), each in place of `KVCache.nbytes`'s body
+    (a method: one more indent): under the trusted split they earn nothing. The import and the disk
+    read fail inside the decoding probe, so the cache's other checks share their `error`."""
+    attacks = function_attacks(checks=[C_BYTES], module="scaletrain.infer.kv_cache",
+                               source=str(REPO / SOURCES[CACHE]), call="KVCache.nbytes.fget(self)")
+    return tuple(Planted(name, CACHE, (_NBYTES, textwrap.indent(body, "    ") + "\n"), groups=_DECODE,
+                         expect={C_BYTES: outcome, C_BEAM: "passed"})
+                 for name, (body, outcome) in attacks.items())
 
 
 PLANTED = (
@@ -41,9 +56,6 @@ PLANTED = (
     # 12.2
     Planted("beam search that forgets to reorder the cache", BEAM, ("            cache.reorder(parents)\n", ""),
             groups=_DECODE, expect={C_BEAM: "failed", C_BEAM_PRUNED: "failed", C_CACHE: "passed"}),
-    Planted("beam search that starts every beam live (k copies of the best)", BEAM,
-            ("    scores[0] = 0.0\n", "    scores[:] = 0.0\n"), groups=_DECODE,
-            expect={C_BEAM: "failed", C_BEAM_PRUNED: "failed", C_REORDER: "passed"}),
     # right sequences and scores without the cache: the whole prefix of every beam again each step
     Planted("beam search that reruns every beam's whole sequence each step", BEAM,
             (_NEXT, "            logits = model(torch.cat([prompt.expand(k, -1), seqs], dim=1))[0][:, -1]\n"),
@@ -51,9 +63,6 @@ PLANTED = (
     # 12.3; a boundary the public tests exercise: LightSeq's example keeps the 4 at R
     Planted("candidates strictly above the threshold (the k-th group maximum dropped)", RERANK,
             ("return x >= rough_threshold(", "return x > rough_threshold("), groups=_RERANK, expect=_all("failed", _ALL_RR)),
-    Planted("threshold at the largest group maximum (true top-k elements dropped)", RERANK,
-            ("descending=True).values[:, k - 1]", "descending=True).values[:, 0]"), groups=_RERANK,
-            expect=_all("failed", _ALL_RR)),
     # right values, no retrieval: every row sorted whole
     Planted("retrieve and re-rank that sorts every whole row", RERANK,
             (_MASK, "    mask = torch.ones_like(x, dtype=torch.bool)\n    rows, V = x.shape\n"), groups=_RERANK,
@@ -65,7 +74,7 @@ PLANTED = (
             (_ORDER, "    order = getattr(torch, 'to' + 'pk')(values, k, dim=-1).indices\n"), groups=_RERANK,
             expect=_all("flagged", _ALL_RR)),
     Planted("re-rank that never ends", RERANK, (_MASK, "    while x.numel():\n        pass\n" + _MASK),
-            groups=_RERANK, timeout_s=8, expect=_all("timeout", _ALL_RR)),
+            groups=_RERANK, timeout_s=5, expect=_all("timeout", _ALL_RR)),
     # 12.4
     Planted("asymmetric scale without the zero point", QUANT, (_ZERO, "        zero = torch.zeros_like(scale)\n"),
             groups=_QUANT, expect=_all("failed", (C_Q_ERROR, C_Q_GROUPS, C_Q_MODEL))),
@@ -85,6 +94,7 @@ PLANTED = (
             groups=_QUANT, expect=_all("failed", (C_Q_ERROR, C_Q_GROUPS, C_Q_MODEL))),
     Planted("quantize kills its process (crash)", QUANT, (_ZERO, "        import os\n        os._exit(3)\n"),
             groups=_QUANT, expect=_all("error", (C_Q_ERROR, C_Q_GROUPS))),
+    *_attacks(),
     Planted("syntax error", QUANT, ("def dequantize(", "def dequantize(("), groups=_QUANT,
             expect=_all("error", (C_Q_ERROR, C_Q_GROUPS, C_Q_MODEL))),
 )
