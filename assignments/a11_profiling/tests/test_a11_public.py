@@ -21,7 +21,8 @@ cost = student_module("profile_cost", default=__file__)
 tables = student_module("profile_tables", default=__file__)
 pld = student_module("profile_pld", default=__file__)
 
-NAMES = {"aten::addmm": "matmul", "aten::mm": "matmul", "aten::_scaled_dot_product_flash_attention_for_cpu": "attention",
+NAMES = {"aten::addmm": "matmul", "aten::mm": "matmul",
+         "aten::_scaled_dot_product_flash_attention_for_cpu": "attention",
          "aten::native_layer_norm": "normalization", "aten::_softmax": "normalization", "aten::gelu": "activation",
          "aten::add": "elementwise", "aten::mul_": "elementwise", "aten::embedding": "other", "aten::view": "other",
          "AddmmBackward0": "matmul", "GeluBackward0": "activation",
@@ -39,7 +40,8 @@ def test_task11_1_categories_of_a_gpt_step(name, category):
 def test_task11_2_matmul_costs_2mnk_and_moves_each_operand_once():
     m, k, n = 37, 53, 29
     mm = cost.op_cost("aten::mm", [[m, k], [k, n]], ["float", "float"])
-    expect_equal((mm.flops, mm.bytes), (2 * m * n * k, 4 * (m * k + k * n + m * n)), what="op_cost(aten::mm 37x53 @ 53x29)")
+    expect_equal((mm.flops, mm.bytes), (2 * m * n * k, 4 * (m * k + k * n + m * n)),
+                 what="op_cost(aten::mm 37x53 @ 53x29)")
     addmm = cost.op_cost("aten::addmm", [[n], [m, k], [k, n], [], []], ["float"] * 3 + ["Scalar"] * 2)
     expect_equal((addmm.flops, addmm.bytes), (2 * m * n * k, 4 * (n + m * k + k * n + m * n)),
                  what="op_cost(aten::addmm, bias [29])")
@@ -51,7 +53,9 @@ def test_task11_2_elementwise_and_layer_norm_are_memory_bound():
     expect_equal(add.bytes, 3 * 1000 * 4, what="op_cost(aten::add of two 1000-element fp32 tensors).bytes")
     assert 1 <= add.flops / 1000 <= 20, f"op_cost(aten::add).flops = {add.flops}: 1 to 20 per element"
     rows, h = 64, 96
-    ln = cost.op_cost("aten::native_layer_norm", [[rows, h], [], [h], [h], []], ["c10::BFloat16", "ScalarList"] + ["c10::BFloat16"] * 2 + ["Scalar"])
+    bf16 = "c10::BFloat16"
+    ln = cost.op_cost("aten::native_layer_norm", [[rows, h], [], [h], [h], []],
+                      [bf16, "ScalarList", bf16, bf16, "Scalar"])
     assert 2 * rows * h * 2 <= ln.bytes <= (2 * rows * h + 2 * rows + 4 * h) * 2, f"LayerNorm bf16 bytes {ln.bytes}"
     assert ln.flops / ln.bytes < 20, "LayerNorm's intensity is a few FLOPs per byte: memory-bound on any GPU"
     view = cost.op_cost("aten::view", [[4, 6], []], ["float", "ScalarList"])

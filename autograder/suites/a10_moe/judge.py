@@ -5,7 +5,7 @@ the token-by-token references of reference.py, computed here before any student 
 from __future__ import annotations
 
 from autograder import checks
-from autograder.suites import paired, sized
+from autograder.suites import answers, judge_calls, part, sized
 
 from . import inputs, reference
 from .names import (C_CAP, C_DISPATCH, C_GROUP, C_KEEP, C_LAYER, C_LB, C_LB_BOUNDS, C_LB_GRAD, C_TOPK, C_TOPK_GRAD,
@@ -33,19 +33,8 @@ def equal(got, want, what: str) -> None:
         raise AssertionError(f"{what}: {got.tolist()} != expected {want.tolist()}"[:600])
 
 
-def _ask(worker, fn: str, jobs, timeout_s: float = CALL_S):
-    """(answers, None) or (None, the exception the student's code raised): raised inside each check."""
-    try:
-        return worker.call(PROBE + fn, jobs, timeout_s=timeout_s), None
-    except Exception as exc:  # noqa: BLE001 - re-raised inside each check that needed the answers
-        return None, exc
 
 
-def _answers(asked, jobs, what: str) -> list:
-    got, failure = asked
-    if failure is not None:
-        raise failure
-    return paired(got, jobs, what)
 
 
 def _skipped(got: dict, where: str) -> None:
@@ -55,7 +44,7 @@ def _skipped(got: dict, where: str) -> None:
 
 def _judge_route(asked, jobs, refs, grad: bool) -> None:
     import torch
-    for (got, job), ref in zip(_answers(asked, jobs, "top_k_routing answers"), refs):
+    for (got, job), ref in zip(answers(asked, jobs, "top_k_routing answers"), refs):
         where = f"top_k_routing({job['name']})"
         close(got["logits_after"], job["logits"], f"{where}: the logits afterwards (inputs must not change)")
         if not grad:
@@ -71,7 +60,7 @@ def _judge_route(asked, jobs, refs, grad: bool) -> None:
 
 def _judge_balance(asked, jobs, refs, grad: bool) -> None:
     import torch
-    for (got, job), ref in zip(_answers(asked, jobs, "load_balancing_loss answers"), refs):
+    for (got, job), ref in zip(answers(asked, jobs, "load_balancing_loss answers"), refs):
         where = f"load_balancing_loss({job['name']})"
         equal(got["experts_after"], job["experts"], f"{where}: experts afterwards (inputs must not change)")
         if not grad:
@@ -83,14 +72,14 @@ def _judge_balance(asked, jobs, refs, grad: bool) -> None:
 
 def _judge_bounds(asked, jobs) -> None:
     import torch
-    for got, job in _answers(asked, jobs, "load_balancing_loss answers"):
+    for got, job in answers(asked, jobs, "load_balancing_loss answers"):
         close(got["loss"], torch.tensor([job["want"]], dtype=torch.float64),
               f"load_balancing_loss({job['name']}): the loss (Switch §2.2: 1 when balanced, N when collapsed)")
 
 
 def _judge_capacity(asked, jobs) -> None:
     from scaletrain.testing import assert_close
-    for got, job in _answers(asked, jobs, "expert_capacity answers"):
+    for got, job in answers(asked, jobs, "expert_capacity answers"):
         want = reference.capacity(**job)
         if not isinstance(got, int) or isinstance(got, bool):
             raise AssertionError(f"expert_capacity({job}) returned {got!r}; expected the int {want}")
@@ -99,7 +88,7 @@ def _judge_capacity(asked, jobs) -> None:
 
 def _judge_keep(asked, jobs) -> None:
     import torch
-    for got, job in _answers(asked, jobs, "apply_capacity answers"):
+    for got, job in answers(asked, jobs, "apply_capacity answers"):
         where = f"apply_capacity({job['name']})"
         position, kept = reference.kept(job["experts"].tolist(), job["num_experts"], job["capacity"])
         equal(got["kept"], torch.tensor(kept), f"{where}: kept (the first C pairs per expert in priority order)")
@@ -111,7 +100,7 @@ def _judge_keep(asked, jobs) -> None:
 
 
 def _judge_group(asked, jobs) -> None:
-    for got, job in _answers(asked, jobs, "group_by_expert answers"):
+    for got, job in answers(asked, jobs, "group_by_expert answers"):
         where = f"group_by_expert({job['name']})"
         e, expert = job["num_experts"], job["expert"].tolist()
         want_counts = [expert.count(i) for i in range(e)]
@@ -132,7 +121,7 @@ def _judge_group(asked, jobs) -> None:
 
 
 def _judge_dispatch(asked, jobs) -> None:
-    for got, job in _answers(asked, jobs, "dispatch/combine answers"):
+    for got, job in answers(asked, jobs, "dispatch/combine answers"):
         where, ref = f"dispatch/combine({job['name']})", reference.dispatch_combine(job)
         close(got["rows"], ref["rows"], f"{where}: dispatched rows (row i is x[token[i]])")
         close(got["out"], ref["out"], f"{where}: combined output (0 for the token without rows)")
@@ -144,7 +133,7 @@ def _judge_dispatch(asked, jobs) -> None:
 
 
 def _judge_layer(asked, jobs, refs) -> None:
-    for (got, job), ref in zip(_answers(asked, jobs, "MoE layer answers"), refs):
+    for (got, job), ref in zip(answers(asked, jobs, "MoE layer answers"), refs):
         where = f"MoE({job['name']})"
         close(got["out"], ref["out"], f"{where}: output (dropped tokens exactly 0)")
         close(got["aux"], ref["aux"].reshape(1), f"{where}: aux_loss (α·load balance + c_z·z-loss)")
@@ -157,15 +146,6 @@ def _judge_layer(asked, jobs, refs) -> None:
             close(grad if grad is not None else f"no gradient reached {name}", want, f"{where}: gradient of {name}")
 
 
-def _run(ctx, asks: dict, verdicts: dict) -> None:
-    """Ask the worker (probe name -> jobs), then judge each check; a failure to load the student's
-    files is every check's outcome."""
-    worker = ctx.untrusted()
-    loaded = _ask(worker, "load", False)
-    asked = {fn: loaded if loaded[1] is not None else _ask(worker, fn, jobs) for fn, jobs in asks.items()}
-    for name, verdict in verdicts.items():
-        with ctx.check(name):
-            verdict(asked)
 
 
 def group_routing(ctx):
@@ -178,15 +158,15 @@ def group_routing(ctx):
     route_refs = [reference.top_k(j["logits"], j["k"], j["normalize"], j["w"]) for j in route]
     balance_refs = [reference.balance(j["probs"], j["experts"]) for j in balance]
     n = len(balance)
-    _run(ctx, {"route": route, "balance": balance + bounds, "capacity": caps, "keep": keeps}, {
+    judge_calls(ctx, PROBE, {"route": route, "balance": balance + bounds, "capacity": caps, "keep": keeps}, {
         C_TOPK: lambda a: _judge_route(a["route"], route, route_refs, grad=False),
         C_TOPK_GRAD: lambda a: _judge_route(a["route"], route, route_refs, grad=True),
-        C_LB: lambda a: _judge_balance(_part(a["balance"], 0, n), balance, balance_refs, grad=False),
-        C_LB_GRAD: lambda a: _judge_balance(_part(a["balance"], 0, n), balance, balance_refs, grad=True),
-        C_LB_BOUNDS: lambda a: _judge_bounds(_part(a["balance"], n, None), bounds),
+        C_LB: lambda a: _judge_balance(part(a["balance"], 0, n), balance, balance_refs, grad=False),
+        C_LB_GRAD: lambda a: _judge_balance(part(a["balance"], 0, n), balance, balance_refs, grad=True),
+        C_LB_BOUNDS: lambda a: _judge_bounds(part(a["balance"], n, None), bounds),
         C_CAP: lambda a: _judge_capacity(a["capacity"], caps),
         C_KEEP: lambda a: _judge_keep(a["keep"], keeps),
-    })
+    }, CALL_S)
 
 
 def group_dispatch(ctx):
@@ -196,14 +176,9 @@ def group_dispatch(ctx):
     seed = checks.trial_seeds(1, salt=1012)[0]
     groups, dispatches, layers = inputs.group_jobs(seed), inputs.dispatch_jobs(seed), inputs.layer_jobs(seed)
     layer_refs = [reference.layer(j, j["x"], j["w"]) for j in layers]  # before any student code runs
-    _run(ctx, {"group": groups, "dispatch_combine": dispatches, "layer": layers}, {
+    judge_calls(ctx, PROBE, {"group": groups, "dispatch_combine": dispatches, "layer": layers}, {
         C_GROUP: lambda a: _judge_group(a["group"], groups),
         C_DISPATCH: lambda a: _judge_dispatch(a["dispatch_combine"], dispatches),
         C_LAYER: lambda a: _judge_layer(a["layer"], layers, layer_refs),
-    })
+    }, CALL_S)
 
-
-def _part(asked, start: int, stop: int | None):
-    """The answers to jobs [start, stop) of a call that served two checks' jobs."""
-    got, failure = asked
-    return (None, failure) if failure is not None else (got[start:stop] if isinstance(got, list) else got, None)

@@ -54,7 +54,8 @@ MANIFEST = Manifest(
         )),
         Group("pld", _JUDGE + "group_pld", timeout_s=90, trusted=True, checks=(
             Check("11.4", C_THETA, 6), Check("11.4", C_KEEP, 6), Check("11.4", C_GATES, 6),
-            Check("11.4", C_IDENTITY, 5), Check("11.4", C_SCALED, 4), Check("11.4", C_DROP_FREE, 3, needs=(C_IDENTITY,)),
+            Check("11.4", C_IDENTITY, 5), Check("11.4", C_SCALED, 4),
+            Check("11.4", C_DROP_FREE, 3, needs=(C_IDENTITY,)),
         )),
     ),
     planted=PLANTED,

@@ -100,7 +100,8 @@ def norm_jobs() -> list[dict]:
         lead = [rng.randint(1, 6), rng.randint(1, 70)][rng.randint(0, 1):]
         h, dt = rng.randint(2, 300), _dtype(rng)
         x, stat = lead + [h], lead + [1]
-        jobs += [dict(name="aten::native_layer_norm", shapes=[x, [], [h], [h], []], dtypes=[dt, "ScalarList", dt, dt, "Scalar"]),
+        jobs += [dict(name="aten::native_layer_norm", shapes=[x, [], [h], [h], []],
+                      dtypes=[dt, "ScalarList", dt, dt, "Scalar"]),
                  dict(name="aten::native_layer_norm_backward", shapes=[x, x, [], stat, stat, [h], [h], []],
                       dtypes=[dt, dt, "ScalarList", "float", "float", dt, dt, "ScalarList"])]
         for fwd, bwd in (("aten::_softmax", "aten::_softmax_backward_data"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from autograder.suites import paired, sized
+from autograder.suites import answers, judge_calls, part, sized
 
 from . import inputs, reference
 from .labels import A, ACT, C, E, M, N, O, X
@@ -23,44 +23,24 @@ def _close(got, want, what: str, rtol: float = RTOL) -> None:
     assert_close(got, want, rtol=rtol, what=what)
 
 
-def _ask(worker, fn: str, jobs):
-    """(answers, None) or (None, the exception the student's code raised): raised inside each check."""
-    try:
-        return worker.call(PROBE + fn, jobs, timeout_s=CALL_S), None
-    except Exception as exc:  # noqa: BLE001 - re-raised inside each check that needed the answers
-        return None, exc
 
 
-def _answers(asked, jobs, what: str) -> list:
-    got, failure = asked
-    if failure is not None:
-        raise failure
-    return paired(got, jobs, what)
 
 
-def _run(ctx, asks: dict, verdicts: dict) -> None:
-    """Ask the worker (probe name -> jobs), then judge each check; a failure to load the student's
-    files is every check's outcome."""
-    worker = ctx.untrusted()
-    loaded = _ask(worker, "load", [])
-    asked = {fn: loaded if loaded[1] is not None else _ask(worker, fn, jobs) for fn, jobs in asks.items()}
-    for name, verdict in verdicts.items():
-        with ctx.check(name):
-            verdict(asked)
 
 
 # ---------------------------------------------------------------- 11.1 categories
 
 def _judge_labels(asked, labels: dict[str, str]) -> None:
     wrong = [f"{name!r}: {got!r}, expected {want!r}"
-             for got, (name, want) in _answers(asked, list(labels.items()), "categorise answers") if got != want]
+             for got, (name, want) in answers(asked, list(labels.items()), "categorise answers") if got != want]
     if wrong:
         raise AssertionError(f"categorise: {len(wrong)} of {len(labels)} names in the wrong category, e.g. "
                              + "; ".join(wrong[:4]))
 
 
 def _judge_one(asked, names: list[str], unknown: set[str]) -> None:
-    for got, name in _answers(asked, names, "categorise answers"):
+    for got, name in answers(asked, names, "categorise answers"):
         if not isinstance(got, str) or got not in CATEGORIES:
             raise AssertionError(f"categorise({name!r}) = {got!r}: expected one of {CATEGORIES}, a str")
         if name in unknown and got != X:
@@ -80,7 +60,7 @@ def _pair(got, job) -> tuple:
 
 
 def _judge_matmul(asked, jobs, field: int) -> None:
-    for got, job in _answers(asked, jobs, "op_cost answers"):
+    for got, job in answers(asked, jobs, "op_cost answers"):
         want = reference.matmul(job)[field]
         _close(_pair(got, job)[field], want, f"{_call(job)}.{('flops', 'bytes')[field]}")
 
@@ -93,7 +73,7 @@ def _per_element(flops, elements: int, job: dict) -> None:
 
 
 def _judge_elementwise(asked, jobs) -> None:
-    for got, job in _answers(asked, jobs, "op_cost answers"):
+    for got, job in answers(asked, jobs, "op_cost answers"):
         if job.get("none"):
             if got is not None:
                 raise AssertionError(f"{_call(job)} = {got!r}: expected None (no tensor work this model prices)")
@@ -105,7 +85,7 @@ def _judge_elementwise(asked, jobs) -> None:
 
 
 def _judge_norm(asked, jobs) -> None:
-    for got, job in _answers(asked, jobs, "op_cost answers"):
+    for got, job in answers(asked, jobs, "op_cost answers"):
         flops, nbytes = _pair(got, job)
         elements, least, most = reference.norm_bytes(job)
         if not isinstance(nbytes, (int, float)) or not least <= nbytes <= most:
@@ -122,31 +102,27 @@ def group_analysis(ctx):
     every = [n for table in labels.values() for n in table] + unknown
     mm, ew, norm, profiles = inputs.matmul_jobs(), inputs.elementwise_jobs(), inputs.norm_jobs(), inputs.profiles()
     fwd, bwd, sys_ = (len(labels[k]) for k in ("forward", "backward", "system"))
-    _run(ctx, {"categorise": every, "costs": mm + ew + norm, "breakdown": profiles, "mfu": profiles}, {
-        C_CAT_FWD: lambda a: _judge_labels(_part(a["categorise"], 0, fwd), labels["forward"]),
-        C_CAT_BWD: lambda a: _judge_labels(_part(a["categorise"], fwd, fwd + bwd), labels["backward"]),
-        C_CAT_SYS: lambda a: _judge_labels(_part(a["categorise"], fwd + bwd, fwd + bwd + sys_), labels["system"]),
+    judge_calls(ctx, PROBE, {"categorise": every, "costs": mm + ew + norm, "breakdown": profiles, "mfu": profiles}, {
+        C_CAT_FWD: lambda a: _judge_labels(part(a["categorise"], 0, fwd), labels["forward"]),
+        C_CAT_BWD: lambda a: _judge_labels(part(a["categorise"], fwd, fwd + bwd), labels["backward"]),
+        C_CAT_SYS: lambda a: _judge_labels(part(a["categorise"], fwd + bwd, fwd + bwd + sys_), labels["system"]),
         C_CAT_ONE: lambda a: _judge_one(a["categorise"], every, set(unknown)),
-        C_MM_FLOPS: lambda a: _judge_matmul(_part(a["costs"], 0, len(mm)), mm, 0),
-        C_MM_BYTES: lambda a: _judge_matmul(_part(a["costs"], 0, len(mm)), mm, 1),
-        C_EW: lambda a: _judge_elementwise(_part(a["costs"], len(mm), len(mm) + len(ew)), ew),
-        C_NORM: lambda a: _judge_norm(_part(a["costs"], len(mm) + len(ew), None), norm),
+        C_MM_FLOPS: lambda a: _judge_matmul(part(a["costs"], 0, len(mm)), mm, 0),
+        C_MM_BYTES: lambda a: _judge_matmul(part(a["costs"], 0, len(mm)), mm, 1),
+        C_EW: lambda a: _judge_elementwise(part(a["costs"], len(mm), len(mm) + len(ew)), ew),
+        C_NORM: lambda a: _judge_norm(part(a["costs"], len(mm) + len(ew), None), norm),
         C_BREAKDOWN: lambda a: _judge_breakdown(a["breakdown"], profiles),
         C_MFU: lambda a: _judge_mfu(a["mfu"], profiles, ("step ms", "model GFLOP (6NT)", "MFU %")),
         C_COUNTED: lambda a: _judge_mfu(a["mfu"], profiles, ("counted GFLOP", "counted / peak %")),
-    })
+    }, CALL_S)
 
 
-def _part(asked, start: int, stop: int | None):
-    """The answers to jobs [start, stop) of a call that served several checks' jobs."""
-    got, failure = asked
-    return (None, failure) if failure is not None else (got[start:stop] if isinstance(got, list) else got, None)
 
 
 # ---------------------------------------------------------------- 11.3 the step's tables
 
 def _judge_breakdown(asked, profiles) -> None:
-    for i, (rows, prof) in enumerate(_answers(asked, profiles, "category_seconds answers")):
+    for i, (rows, prof) in enumerate(answers(asked, profiles, "category_seconds answers")):
         want = reference.breakdown(prof)
         if not isinstance(rows, list):
             raise AssertionError(f"category_seconds(profile {i}) = {rows!r}: expected a dict (phase, category) -> s")
@@ -161,7 +137,7 @@ def _judge_breakdown(asked, profiles) -> None:
 
 
 def _judge_mfu(asked, profiles, keys) -> None:
-    for i, (got, prof) in enumerate(_answers(asked, profiles, "step_mfu answers")):
+    for i, (got, prof) in enumerate(answers(asked, profiles, "step_mfu answers")):
         want = reference.mfu(prof)
         if not isinstance(got, dict):
             raise AssertionError(f"step_mfu(profile {i}) = {got!r}: expected a dict")
@@ -182,7 +158,7 @@ def _ts(job: dict) -> list[int]:
 
 
 def _judge_theta(asked, jobs) -> None:
-    for got, job in _answers(asked, jobs, "theta answers"):
+    for got, job in answers(asked, jobs, "theta answers"):
         where = f"theta(t, theta_bar={job['theta_bar']:.4g}, gamma={job['gamma']:.4g})"
         values = sized(got["theta"], len(job["ts"]), where)
         _close(values[0], 1.0, f"{where} at t = 0 (nothing dropped at the start)")
@@ -195,7 +171,7 @@ def _judge_theta(asked, jobs) -> None:
 
 
 def _judge_keep(asked, jobs) -> None:
-    for got, job in _answers(asked, jobs, "keep_probabilities answers"):
+    for got, job in answers(asked, jobs, "keep_probabilities answers"):
         big_l = job["num_layers"]
         for t, th, p in zip(job["ts"], got["theta"], got["keep"]):
             where = f"keep_probabilities({t}, {big_l}, theta_bar={job['theta_bar']:.4g}, gamma={job['gamma']:.4g})"
@@ -212,9 +188,10 @@ def _judge_keep(asked, jobs) -> None:
 
 
 def _judge_gates(asked, jobs) -> None:
-    for got, job in _answers(asked, jobs, "sample_gates answers"):
+    for got, job in answers(asked, jobs, "sample_gates answers"):
         if not hasattr(got, "float"):
-            raise AssertionError(f"sample_gates({job['probs']}) returned {got}: expected a list of bools, one per layer")
+            raise AssertionError(f"sample_gates({job['probs']}) returned {got}: expected a list of bools, "
+                                 "one per layer")
         g, n, probs = got.double(), job["draws"], job["probs"]
         freq = g.mean(0).tolist()
         for i, (f, p) in enumerate(zip(freq, probs)):
@@ -231,7 +208,7 @@ def _judge_gates(asked, jobs) -> None:
 
 
 def _judge_forward(asked, jobs, which, want_fn, what: str) -> None:
-    for got, job in _answers(asked, jobs, "pld_forward answers"):
+    for got, job in answers(asked, jobs, "pld_forward answers"):
         if job in which:
             _close(got["logits"], want_fn(job), f"pld_forward(gates={job['gates']}, "
                                                 f"probs={[round(p, 3) for p in job['probs']]}).logits: {what}",
@@ -239,7 +216,7 @@ def _judge_forward(asked, jobs, which, want_fn, what: str) -> None:
 
 
 def _judge_free(asked, jobs) -> None:
-    for got, job in _answers(asked, jobs, "pld_forward answers"):
+    for got, job in answers(asked, jobs, "pld_forward answers"):
         grads = sized(got["grads"], len(job["gates"]), "blocks with gradients")
         for i, (keep, grad) in enumerate(zip(job["gates"], grads)):
             if keep and grad is not True:
@@ -260,7 +237,7 @@ def group_pld(ctx):
     scaled = [j for j in gpts if j not in identity]
     short = {id(j): reference.shortened_logits(j) for j in identity}  # before any student code runs
     full = {id(j): reference.pld_logits(j) for j in scaled}
-    _run(ctx, {"schedule": schedules, "gates": draws, "forward": gpts}, {
+    judge_calls(ctx, PROBE, {"schedule": schedules, "gates": draws, "forward": gpts}, {
         C_THETA: lambda a: _judge_theta(a["schedule"], schedules),
         C_KEEP: lambda a: _judge_keep(a["schedule"], schedules),
         C_GATES: lambda a: _judge_gates(a["gates"], draws),
@@ -269,4 +246,4 @@ def group_pld(ctx):
         C_SCALED: lambda a: _judge_forward(a["forward"], gpts, scaled, lambda j: full[id(j)],
                                            "each kept block's branches divided by its p"),
         C_DROP_FREE: lambda a: _judge_free(a["forward"], gpts),
-    })
+    }, CALL_S)

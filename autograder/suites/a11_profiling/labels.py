@@ -31,7 +31,8 @@ FORWARD = {
     "aten::softmax": N, "aten::_softmax": N, "aten::_softmax_backward_data": N, "aten::log_softmax": N,
     "aten::_log_softmax": N, "aten::_log_softmax_backward_data": N,
     # activation
-    "aten::gelu": ACT, "aten::gelu_backward": ACT, "aten::relu": ACT, "aten::relu_": ACT, "aten::threshold_backward": ACT,
+    "aten::gelu": ACT, "aten::gelu_backward": ACT, "aten::relu": ACT, "aten::relu_": ACT,
+    "aten::threshold_backward": ACT,
     "aten::silu": ACT, "aten::silu_backward": ACT, "aten::sigmoid": ACT, "aten::sigmoid_backward": ACT,
     "aten::tanh": ACT, "aten::tanh_backward": ACT, "aten::glu": ACT,
     # elementwise

@@ -9,20 +9,22 @@ from .names import (C_BREAKDOWN, C_CAT_BWD, C_CAT_FWD, C_CAT_ONE, C_CAT_SYS, C_C
                     C_IDENTITY, C_KEEP, C_MFU, C_MM_BYTES, C_MM_FLOPS, C_NORM, C_SCALED, C_THETA, CATEGORIES_F, COST,
                     PLD, SOURCES, TABLES)
 
-_CATEGORISE = '    name = name.rpartition("evaluate_function: ")[2] or name  # the autograd node inside the engine\'s wrapper\n'
+_CATEGORISE = ('    name = name.rpartition("evaluate_function: ")[2] or name'
+               "  # the autograd node inside the engine's wrapper\n")
 _BREAKDOWN = "    out: dict[tuple[str, str], float] = defaultdict(float)\n"
 _MATMUL = "    return Cost(2 * batch * m * n * k, (operands + batch * m * n) * size)\n"
 _KEEP = "    return [1.0 - i / num_layers * (1.0 - th) for i in range(1, num_layers + 1)]\n"
 _GATES = "    draws = torch.rand(len(probs), generator=generator)\n"
 _BRANCHES = ("            x = x + block.attn(block.ln1(x)) / p\n            x = x + block.mlp(block.ln2(x)) / p\n")
 # the public test's names, answered from a table: right there, 'other' everywhere else
-_PUBLIC_TABLE = ('    return {"aten::addmm": "matmul", "aten::mm": "matmul", "aten::_softmax": "normalization",\n'
+_PUBLIC_TABLE = ('    return ({"aten::addmm": "matmul", "aten::mm": "matmul", "aten::_softmax": "normalization",\n'
                  '            "aten::_scaled_dot_product_flash_attention_for_cpu": "attention",\n'
                  '            "aten::native_layer_norm": "normalization", "aten::gelu": "activation",\n'
                  '            "aten::add": "elementwise", "aten::mul_": "elementwise", "AddmmBackward0": "matmul",\n'
                  '            "GeluBackward0": "activation", "aten::_foreach_mul_": "optimizer",\n'
                  '            "autograd::engine::evaluate_function: NativeLayerNormBackward0": "normalization",\n'
-                 '            "c10d::allreduce_": "communication", "nccl:all_reduce": "communication"}.get(name, "other")\n')
+                 '            "c10d::allreduce_": "communication", "nccl:all_reduce": "communication"}\n'
+                 '            .get(name, "other"))\n')
 
 
 def _attacks() -> tuple[Planted, ...]:
