@@ -25,9 +25,10 @@ def _gen(seed: int):
     return _t().Generator().manual_seed(seed)
 
 
-def weights(cfg: dict, seed: int, dtype: str) -> dict:
-    """A GPT's state dict: the course's init, then linear and embedding weights redrawn at std 0.5
-    (the init's 0.02 makes every next-token distribution nearly uniform, and beams tie)."""
+def weights(cfg: dict, seed: int, dtype: str, std: float = 0.5) -> dict:
+    """A GPT's state dict: the course's init, then linear and embedding weights redrawn at `std`
+    (the init's 0.02 makes every next-token distribution nearly uniform: beams tie, and a model's
+    loss hardly notices what its weights are)."""
     torch = _t()
     from scaletrain.models import GPT, GPTConfig
 
@@ -35,7 +36,7 @@ def weights(cfg: dict, seed: int, dtype: str) -> dict:
     state = {}
     for name, p in model.state_dict().items():
         redraw = p.dim() == 2 or name.endswith("bias")
-        state[name] = (torch.randn(p.shape, generator=gen, dtype=torch.float64) * 0.5 if redraw
+        state[name] = (torch.randn(p.shape, generator=gen, dtype=torch.float64) * std if redraw
                        else p.double()).to(getattr(torch, dtype))
     return state
 
@@ -174,12 +175,10 @@ QUANT_GPT = dict(vocab_size=32, block_size=16, n_layer=2, n_head=4, n_embd=32)
 
 
 def quant_model_jobs(seed: int) -> list[dict]:
-    """A GPT at the course's own init (the weights a trained model's are near), int8 in groups of 16."""
+    """A GPT whose loss depends on its weights (std 0.2; at the course's init every weight could be
+    0 and the loss would hardly move), int8 in groups of 16."""
     torch, gen = _t(), _gen(seed + 4)
-    from scaletrain.models import GPT, GPTConfig
-
-    state = {k: v.clone() for k, v in GPT(GPTConfig(**QUANT_GPT), seed=seed).state_dict().items()}
     idx = torch.randint(0, 32, (4, 16), generator=gen)
     return [{"name": "GPT V=32 L=2 h=32, int8 symmetric groups of 16", "cfg": QUANT_GPT, "dtype": "float32",
-             "weights": state, "idx": idx, "targets": idx.roll(-1, dims=1),
+             "weights": weights(QUANT_GPT, seed, "float32", std=0.2), "idx": idx, "targets": idx.roll(-1, dims=1),
              "spec": dict(bits=8, symmetric=True, granularity="group", group_size=16)}]

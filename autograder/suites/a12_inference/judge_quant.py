@@ -14,7 +14,7 @@ from . import inputs, reference
 from .judge import answers, close, run_checks
 from .names import C_Q_ERROR, C_Q_GROUPS, C_Q_MODEL
 
-LOSS_RTOL = 2e-3  # int8 in groups of 16 moves a tiny GPT's loss by ~1e-4 relative; per-tensor 4-bit by ~1e-2
+LOSS_RTOL = 5e-3  # int8 in groups of 16 moves the hidden GPT's loss by 1e-4 to 1.2e-3 relative (20 seeds)
 
 
 def _tensor(got, dtype, shape, what: str):
