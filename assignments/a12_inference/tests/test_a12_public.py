@@ -101,5 +101,6 @@ def test_task12_4_group_wise_quantization(group_size, symmetric):
     assert bool((err <= qt.scale.double() / 2 * (1 + 1e-5)).all()), f"{what}: an error above S/2: {err.tolist()}"
     alpha, beta = (-w.abs().amax(1), w.abs().amax(1)) if symmetric else (w.amin(1).clamp(max=0), w.amax(1).clamp(min=0))
     finest = (beta - alpha) / (2 * (hi - lo))
-    assert bool((err <= finest * (1 + 1e-5)).all()), f"{what}: errors {err.tolist()} above range/(2·steps) {finest.tolist()}"
+    assert bool((err <= finest * (1 + 1e-5)).all()), \
+        f"{what}: errors {err.tolist()} above range/(2·steps) {finest.tolist()}"
     assert_close(m.dequantize(qt), deq.reshape(W.shape).float(), rtol=1e-6, what=f"{what}: dequantize, (q - Z)·S")

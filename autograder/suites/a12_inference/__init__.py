@@ -28,7 +28,8 @@ _NO_TRICKS = ("importlib", "__import__", "exec", "eval")
 _OWN = _NO_TRICKS + ("scaletrain.infer",)  # beam search alone builds on the package (its cache, its decoding)
 
 MANIFEST = Manifest(
-    assignment="a12", folder="a12_inference", title="Inference: KV cache, beam search, retrieve and re-rank, quantization",
+    assignment="a12", folder="a12_inference",
+    title="Inference: KV cache, beam search, retrieve and re-rank, quantization",
     files=dict(SOURCES),
     tasks=(
         Task("12.1", "The KV cache: append, read, reorder by beam, its bytes", file=CACHE,

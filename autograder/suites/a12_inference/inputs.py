@@ -58,8 +58,8 @@ def _reorder(job: dict, rng, gen) -> dict:
     """A reorder of >= 3 rows by random parents (repeats and drops) after a random prefix, one token after."""
     torch = _t()
     rows, at, V = max(job["idx"].shape[0], 3), rng.randint(3, job["idx"].shape[1] - 1), job["cfg"]["vocab_size"]
-    job.update(ridx=torch.randint(0, V, (rows, at), generator=gen), parents=torch.randint(0, rows, (rows,), generator=gen),
-               next=torch.randint(0, V, (rows,), generator=gen))
+    job.update(ridx=torch.randint(0, V, (rows, at), generator=gen),
+               parents=torch.randint(0, rows, (rows,), generator=gen), next=torch.randint(0, V, (rows,), generator=gen))
     return job
 
 
@@ -147,7 +147,8 @@ def quant_jobs(seed: int) -> tuple[list[dict], list[dict]]:
     torch, rng, gen = _t(), random.Random(seed + 3), _gen(seed + 3)
     public_w = torch.tensor(PUBLIC_W)
     eight = [{"name": f"public 4x8 group_size={g} symmetric={s}", "w": public_w,
-              "spec": dict(bits=8, symmetric=s, granularity="group", group_size=g)} for g in (8, 16) for s in (True, False)]
+              "spec": dict(bits=8, symmetric=s, granularity="group", group_size=g)}
+             for g in (8, 16) for s in (True, False)]
     for i in range(6):
         out, cols = rng.choice((6, 8, 12)), rng.choice((16, 24, 32))
         size = (cols // 2, cols, 2 * cols)[i % 3]

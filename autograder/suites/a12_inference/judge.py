@@ -8,11 +8,11 @@ below the student's code and counts only beside right values (`Check.needs`)."""
 from __future__ import annotations
 
 from autograder import checks
-from autograder.suites import paired
+from autograder.suites import answers, judge_calls, part
 
 from . import inputs, reference
-from .names import (C_BEAM, C_BEAM_COST, C_BEAM_PRUNED, C_BYTES, C_CACHE, C_Q_ERROR, C_Q_GROUPS, C_Q_MODEL,
-                    C_REORDER, C_RR, C_RR_BEAMS, C_RR_COUNT, C_STEP, PROBE)
+from .names import (C_BEAM, C_BEAM_COST, C_BEAM_PRUNED, C_BYTES, C_CACHE, C_REORDER, C_RR, C_RR_BEAMS, C_RR_COUNT,
+                    C_STEP, PROBE)
 
 CALL_S = 60  # one probe call: a few tiny models, a second or two
 WRITE_SLACK = 3  # elements a cache may write per element it holds: amortized growth passes, a copy per step not
@@ -23,33 +23,6 @@ def close(got, want, what: str) -> None:
     import torch
     rtol = 1e-9 if getattr(got, "dtype", None) == torch.float64 else 1e-4
     checks.assert_tensor_close(got, want, rtol=rtol, what=what, compare_in="actual")
-
-
-def ask(worker, fn: str, jobs):
-    """(answers, None) or (None, the exception the student's code raised): raised inside each check."""
-    try:
-        return worker.call(PROBE + fn, jobs, timeout_s=CALL_S), None
-    except Exception as exc:  # noqa: BLE001 - re-raised inside each check that needed the answers
-        return None, exc
-
-
-def answers(asked, jobs, what: str, start: int = 0) -> list:
-    """(answer, job) pairs of jobs, the answers to a call's jobs [start, start + len(jobs))."""
-    got, failure = asked
-    if failure is not None:
-        raise failure
-    return paired(got[start:start + len(jobs)] if isinstance(got, list) else got, jobs, what)
-
-
-def run_checks(ctx, asks: dict, verdicts: dict) -> None:
-    """Ask the worker (probe name -> jobs), then judge each check; a failure to load the student's
-    files is every check's outcome."""
-    worker = ctx.untrusted()
-    loaded = ask(worker, "load", [])
-    asked = {fn: loaded if loaded[1] is not None else ask(worker, fn, jobs) for fn, jobs in asks.items()}
-    for name, verdict in verdicts.items():
-        with ctx.check(name):
-            verdict(asked)
 
 
 # ---------------------------------------------------------------- 12.1 the cache
@@ -72,7 +45,8 @@ def _held(job) -> int:
     """2·L·b·s·h·bytes of a full cache of job's decoding."""
     import torch
     cfg, (b, s) = job["cfg"], job["idx"].shape
-    return 2 * cfg["n_layer"] * b * s * cfg["n_embd"] * torch.empty(0, dtype=getattr(torch, job["dtype"])).element_size()
+    element = torch.empty(0, dtype=getattr(torch, job["dtype"])).element_size()
+    return 2 * cfg["n_layer"] * b * s * cfg["n_embd"] * element
 
 
 def _judge_bytes(asked, jobs) -> None:
@@ -104,9 +78,9 @@ def _sequences(got, job, what: str):
     return seqs.long()
 
 
-def _judge_beam(asked, jobs, refs, start: int) -> None:
+def _judge_beam(asked, jobs, refs) -> None:
     import torch
-    for (got, job), (seqs, scores) in zip(answers(asked, jobs, "beam_search answers", start), refs):
+    for (got, job), (seqs, scores) in zip(answers(asked, jobs, "beam_search answers"), refs):
         where = f"beam_search({job['name']}, prompt {job['prompt'].tolist()})"
         mine = _sequences(got, job, where)
         if not torch.equal(mine, seqs):
@@ -131,15 +105,15 @@ def group_decode(ctx):
     decode, (exact, pruned) = inputs.decode_jobs(seed), inputs.beam_jobs(seed)
     decode_refs = [reference.full_logits(j) for j in decode]
     exact_refs, pruned_refs = [reference.exhaustive(j) for j in exact], [reference.beam_uncached(j) for j in pruned]
-    run_checks(ctx, {"decode": decode, "beam": exact + pruned}, {
+    judge_calls(ctx, PROBE, {"decode": decode, "beam": exact + pruned}, {
         C_CACHE: lambda a: _judge_cache(a["decode"], decode, decode_refs),
         C_REORDER: lambda a: _judge_reorder(a["decode"], decode, decode_refs),
         C_BYTES: lambda a: _judge_bytes(a["decode"], decode),
         C_STEP: lambda a: _judge_step(a["decode"], decode),
-        C_BEAM: lambda a: _judge_beam(a["beam"], exact, exact_refs, 0),
-        C_BEAM_PRUNED: lambda a: _judge_beam(a["beam"], pruned, pruned_refs, len(exact)),
+        C_BEAM: lambda a: _judge_beam(part(a["beam"], 0, len(exact)), exact, exact_refs),
+        C_BEAM_PRUNED: lambda a: _judge_beam(part(a["beam"], len(exact), None), pruned, pruned_refs),
         C_BEAM_COST: lambda a: _judge_cost(a["beam"], exact + pruned),
-    })
+    }, CALL_S)
 
 
 # ---------------------------------------------------------------- 12.3 retrieve and re-rank
@@ -176,14 +150,14 @@ def _judge_topk(got, job, where: str) -> None:
     _exact(got["x_after"], x, f"{where}: the input afterwards (must not change)")
 
 
-def _judge_rerank(asked, jobs, start: int) -> None:
-    for got, job in answers(asked, jobs, "re-rank answers", start):
+def _judge_rerank(asked, jobs) -> None:
+    for got, job in answers(asked, jobs, "re-rank answers"):
         fn = "retrieve_rerank" if job["fn"] == "rows" else "beam_topk"
         _judge_topk(got, job, f"{fn}({job['name']}, k={job['k']}, groups={job['groups']})")
 
 
-def _judge_count(asked, jobs, start: int) -> None:
-    for got, job in answers(asked, jobs, "re-rank answers", start):
+def _judge_count(asked, jobs) -> None:
+    for got, job in answers(asked, jobs, "re-rank answers"):
         where = f"{'retrieve_rerank' if job['fn'] == 'rows' else 'beam_topk'}({job['name']})"
         _judge_topk(got, job, where)
         if got["sorted"] * 4 >= job["x"].numel():
@@ -196,8 +170,8 @@ def group_rerank(ctx):
     import torch
     torch.set_num_threads(1)
     rows, beams, counted = inputs.rerank_jobs(checks.trial_seeds(1, salt=1213)[0])
-    run_checks(ctx, {"rerank": rows + beams + counted}, {
-        C_RR: lambda a: _judge_rerank(a["rerank"], rows, 0),
-        C_RR_BEAMS: lambda a: _judge_rerank(a["rerank"], beams, len(rows)),
-        C_RR_COUNT: lambda a: _judge_count(a["rerank"], counted, len(rows) + len(beams)),
-    })
+    judge_calls(ctx, PROBE, {"rerank": rows + beams + counted}, {
+        C_RR: lambda a: _judge_rerank(part(a["rerank"], 0, len(rows)), rows),
+        C_RR_BEAMS: lambda a: _judge_rerank(part(a["rerank"], len(rows), len(rows) + len(beams)), beams),
+        C_RR_COUNT: lambda a: _judge_count(part(a["rerank"], len(rows) + len(beams), None), counted),
+    }, CALL_S)

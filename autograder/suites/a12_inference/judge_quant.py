@@ -9,10 +9,11 @@ scales and zero points that came back, so a dequantize that returns stored float
 from __future__ import annotations
 
 from autograder import checks
+from autograder.suites import answers, judge_calls, part
 
 from . import inputs, reference
-from .judge import answers, close, run_checks
-from .names import C_Q_ERROR, C_Q_GROUPS, C_Q_MODEL
+from .judge import CALL_S, close
+from .names import C_Q_ERROR, C_Q_GROUPS, C_Q_MODEL, PROBE
 
 LOSS_RTOL = 5e-3  # int8 in groups of 16 moves the hidden GPT's loss by 1e-4 to 1.2e-3 relative (20 seeds)
 
@@ -60,8 +61,8 @@ def _judge_one(got, job) -> None:
     close(got["w_after"], w, f"{where}: the weight afterwards (must not change)")
 
 
-def _judge_quant(asked, jobs, start: int) -> None:
-    for got, job in answers(asked, jobs, "quantize answers", start):
+def _judge_quant(asked, jobs) -> None:
+    for got, job in answers(asked, jobs, "quantize answers"):
         _judge_one(got, job)
 
 
@@ -79,8 +80,8 @@ def group_quant(ctx):
     seed = checks.trial_seeds(1, salt=1214)[0]
     (eight, edges), models = inputs.quant_jobs(seed), inputs.quant_model_jobs(seed)
     losses = [reference.loss(j) for j in models]
-    run_checks(ctx, {"quant": eight + edges, "quant_model": models}, {
-        C_Q_ERROR: lambda a: _judge_quant(a["quant"], eight, 0),
-        C_Q_GROUPS: lambda a: _judge_quant(a["quant"], edges, len(eight)),
+    judge_calls(ctx, PROBE, {"quant": eight + edges, "quant_model": models}, {
+        C_Q_ERROR: lambda a: _judge_quant(part(a["quant"], 0, len(eight)), eight),
+        C_Q_GROUPS: lambda a: _judge_quant(part(a["quant"], len(eight), None), edges),
         C_Q_MODEL: lambda a: _judge_model(a["quant_model"], models, losses),
-    })
+    }, CALL_S)

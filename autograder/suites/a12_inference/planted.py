@@ -62,7 +62,8 @@ PLANTED = (
             groups=_DECODE, expect={C_BEAM: "passed", C_BEAM_PRUNED: "passed", C_BEAM_COST: "failed"}),
     # 12.3; a boundary the public tests exercise: LightSeq's example keeps the 4 at R
     Planted("candidates strictly above the threshold (the k-th group maximum dropped)", RERANK,
-            ("return x >= rough_threshold(", "return x > rough_threshold("), groups=_RERANK, expect=_all("failed", _ALL_RR)),
+            ("return x >= rough_threshold(", "return x > rough_threshold("), groups=_RERANK,
+            expect=_all("failed", _ALL_RR)),
     # right values, no retrieval: every row sorted whole
     Planted("retrieve and re-rank that sorts every whole row", RERANK,
             (_MASK, "    mask = torch.ones_like(x, dtype=torch.bool)\n    rows, V = x.shape\n"), groups=_RERANK,
