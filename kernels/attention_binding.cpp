@@ -1,8 +1,8 @@
 // torch binding of the launchers in fused_launchers.h (attention.cu, attention_mma.cu,
-// cross_entropy.cu): checks devices, dtypes and layouts, allocates the outputs, passes the current
-// CUDA stream.  Built on demand (GPU machines only) by scaletrain/ops/attention_cuda.py;
-// scaletrain.ops has already flattened the shapes: attention to (batch * heads, seq, head_dim),
-// cross-entropy to (rows, vocab).
+// attention_mma_bwd.cu, cross_entropy.cu): checks devices, dtypes and layouts, allocates the
+// outputs, passes the current CUDA stream.  Built on demand (GPU machines only) by
+// scaletrain/ops/attention_cuda.py; scaletrain.ops has already flattened the shapes: attention to
+// (batch * heads, seq, head_dim), cross-entropy to (rows, vocab).
 #include <torch/extension.h>
 
 #include <ATen/cuda/CUDAContext.h>
@@ -36,17 +36,25 @@ void check_launch(int err, const char* what) {
   TORCH_CHECK(err == 0, what, " launch failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
 }
 
-// The forward's two kernels: attention_mma.cu's tensor-core one (fp16 / bf16 at head dim 64 or 128,
-// aligned, on sm_80+) and attention.cu's scalar one (everything else, and the backward).
-enum class FwdKernel { kAuto, kScalar, kMma };
+// Two kernels each way: attention_mma*.cu's on tensor cores (fp16 / bf16 at head dim 64 or 128,
+// aligned, on sm_80+) and attention.cu's scalar ones (everything else).  kAuto picks the first
+// where it applies.
+enum class Kernel { kAuto, kScalar, kMma };
+
+bool sm80(const at::Tensor& q) { return at::cuda::getDeviceProperties(q.get_device())->major >= 8; }
 
 bool mma_applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o) {
-  return at::cuda::getDeviceProperties(q.get_device())->major >= 8 &&
-         st_attention_fwd_mma_supported(st_dtype(q), q.size(2), q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                                        o.data_ptr());
+  return sm80(q) && st_attention_fwd_mma_supported(st_dtype(q), q.size(2), q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                                   o.data_ptr());
 }
 
-std::tuple<at::Tensor, at::Tensor> attention_fwd_with(FwdKernel kernel, const at::Tensor& q, const at::Tensor& k,
+bool mma_bwd_applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o,
+                     const at::Tensor& d_o) {
+  return sm80(q) && st_attention_bwd_mma_supported(st_dtype(q), q.size(2), q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                                   o.data_ptr(), d_o.data_ptr());
+}
+
+std::tuple<at::Tensor, at::Tensor> attention_fwd_with(Kernel kernel, const at::Tensor& q, const at::Tensor& k,
                                                       const at::Tensor& v, bool causal, double scale) {
   check_like(q, q, 3, "q");
   check_like(k, q, 3, "k");
@@ -57,7 +65,7 @@ std::tuple<at::Tensor, at::Tensor> attention_fwd_with(FwdKernel kernel, const at
   const c10::cuda::CUDAGuard guard(q.device());
   at::Tensor o = at::empty_like(q);
   at::Tensor lse = at::empty({q.size(0), q.size(1)}, q.options().dtype(at::kFloat));
-  const bool mma = kernel == FwdKernel::kMma || (kernel == FwdKernel::kAuto && mma_applies(q, k, v, o));
+  const bool mma = kernel == Kernel::kMma || (kernel == Kernel::kAuto && mma_applies(q, k, v, o));
   TORCH_CHECK(!mma || mma_applies(q, k, v, o), "attention_fwd_mma: the tensor-core kernel needs fp16 or bf16 at "
               "head dim 64 or 128 on sm_80+ (16-byte aligned k, v); got ", q.scalar_type(), ", head dim ", q.size(2));
   const auto launcher = mma ? st_attention_fwd_mma : st_attention_fwd;
@@ -70,27 +78,27 @@ std::tuple<at::Tensor, at::Tensor> attention_fwd_with(FwdKernel kernel, const at
 
 std::tuple<at::Tensor, at::Tensor> attention_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                  bool causal, double scale) {
-  return attention_fwd_with(FwdKernel::kAuto, q, k, v, causal, scale);
+  return attention_fwd_with(Kernel::kAuto, q, k, v, causal, scale);
 }
 
 std::tuple<at::Tensor, at::Tensor> attention_fwd_scalar(const at::Tensor& q, const at::Tensor& k,
                                                         const at::Tensor& v, bool causal, double scale) {
-  return attention_fwd_with(FwdKernel::kScalar, q, k, v, causal, scale);
+  return attention_fwd_with(Kernel::kScalar, q, k, v, causal, scale);
 }
 
 std::tuple<at::Tensor, at::Tensor> attention_fwd_mma(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                      bool causal, double scale) {
-  return attention_fwd_with(FwdKernel::kMma, q, k, v, causal, scale);
+  return attention_fwd_with(Kernel::kMma, q, k, v, causal, scale);
 }
 
 bool attention_fwd_uses_mma(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   return q.is_cuda() && mma_applies(q, k, v, q);  // attention_fwd's o is a fresh (aligned) tensor
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd(const at::Tensor& d_o, const at::Tensor& q,
-                                                             const at::Tensor& k, const at::Tensor& v,
-                                                             const at::Tensor& o, const at::Tensor& lse, bool causal,
-                                                             double scale) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd_with(Kernel kernel, const at::Tensor& d_o,
+                                                                  const at::Tensor& q, const at::Tensor& k,
+                                                                  const at::Tensor& v, const at::Tensor& o,
+                                                                  const at::Tensor& lse, bool causal, double scale) {
   check_like(q, q, 3, "q");
   for (const auto& [t, name] : {std::pair{&k, "k"}, std::pair{&v, "v"}}) check_like(*t, q, 3, name);
   check_like(o, q, 3, "o");
@@ -103,12 +111,34 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd(const at::Tensor& d
   const c10::cuda::CUDAGuard guard(q.device());
   at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
   at::Tensor delta = at::empty_like(lse);
-  check_launch(st_attention_bwd(st_dtype(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), d_o.data_ptr(),
-                                lse.data_ptr<float>(), delta.data_ptr<float>(), dq.data_ptr(), dk.data_ptr(),
-                                dv.data_ptr(), q.size(0), q.size(1), k.size(1), q.size(2), static_cast<float>(scale),
-                                causal, c10::cuda::getCurrentCUDAStream().stream()),
-               "attention backward");
+  const bool mma = kernel == Kernel::kMma || (kernel == Kernel::kAuto && mma_bwd_applies(q, k, v, o, d_o));
+  TORCH_CHECK(!mma || mma_bwd_applies(q, k, v, o, d_o), "attention_bwd_mma: the tensor-core kernels need fp16 or "
+              "bf16 at head dim 64 or 128 on sm_80+ (16-byte aligned q, k, v, d_o); got ", q.scalar_type(),
+              ", head dim ", q.size(2));
+  const auto launcher = mma ? st_attention_bwd_mma : st_attention_bwd;
+  check_launch(launcher(st_dtype(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), d_o.data_ptr(),
+                        lse.data_ptr<float>(), delta.data_ptr<float>(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
+                        q.size(0), q.size(1), k.size(1), q.size(2), static_cast<float>(scale), causal,
+                        c10::cuda::getCurrentCUDAStream().stream()),
+               mma ? "attention backward (tensor cores)" : "attention backward");
   return {dq, dk, dv};
+}
+
+using Grads = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+
+Grads attention_bwd(const at::Tensor& d_o, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                    const at::Tensor& o, const at::Tensor& lse, bool causal, double scale) {
+  return attention_bwd_with(Kernel::kAuto, d_o, q, k, v, o, lse, causal, scale);
+}
+
+Grads attention_bwd_scalar(const at::Tensor& d_o, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const at::Tensor& o, const at::Tensor& lse, bool causal, double scale) {
+  return attention_bwd_with(Kernel::kScalar, d_o, q, k, v, o, lse, causal, scale);
+}
+
+Grads attention_bwd_mma(const at::Tensor& d_o, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                        const at::Tensor& o, const at::Tensor& lse, bool causal, double scale) {
+  return attention_bwd_with(Kernel::kMma, d_o, q, k, v, o, lse, causal, scale);
 }
 
 void check_targets(const at::Tensor& logits, const at::Tensor& target) {
@@ -157,7 +187,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("attention_fwd_scalar", &attention_fwd_scalar, "FlashAttention forward, attention.cu's scalar kernel");
   m.def("attention_fwd_mma", &attention_fwd_mma, "FlashAttention forward, attention_mma.cu (tensor cores)");
   m.def("attention_fwd_uses_mma", &attention_fwd_uses_mma, "whether attention_fwd runs attention_mma.cu");
-  m.def("attention_bwd", &attention_bwd, "FlashAttention backward: (dq, dk, dv)");
+  m.def("attention_bwd", &attention_bwd, "FlashAttention backward: (dq, dk, dv), on tensor cores where they apply");
+  m.def("attention_bwd_scalar", &attention_bwd_scalar, "FlashAttention backward, attention.cu's scalar kernels");
+  m.def("attention_bwd_mma", &attention_bwd_mma, "FlashAttention backward, attention_mma_bwd.cu (tensor cores)");
   m.def("cross_entropy_fwd", &cross_entropy_fwd, "fused cross-entropy forward: (loss per row, lse)");
   m.def("cross_entropy_bwd", &cross_entropy_bwd, "fused cross-entropy backward: dlogits");
 }

@@ -1,4 +1,4 @@
-// C signatures of the launchers in attention.cu, attention_mma.cu and cross_entropy.cu (module 1b), beside
+// C signatures of the launchers in attention.cu, attention_mma*.cu and cross_entropy.cu (module 1b), beside
 // launchers.h's softmax and LayerNorm.  attention_binding.cpp includes only this header, so the
 // .cu files compile without torch.  Every launcher returns the CUDA error of its launch
 // (cudaSuccess == 0); dtype is a StDtype (launchers.h) naming the storage of the float tensors.
@@ -31,6 +31,14 @@ int st_attention_fwd_mma(int dtype, const void* q, const void* k, const void* v,
 int st_attention_bwd(int dtype, const void* q, const void* k, const void* v, const void* o, const void* d_o,
                      const float* lse, float* delta, void* dq, void* dk, void* dv, int64_t bh, int64_t seq_q,
                      int64_t seq_k, int64_t head_dim, float scale, int causal, cudaStream_t stream);
+
+// The same backward on tensor cores (attention_mma_bwd.cu), where st_attention_fwd_mma applies and q,
+// d_o are 16-byte aligned too (st_attention_bwd_mma_supported); dq, dk, dv 4-byte aligned.
+int st_attention_bwd_mma_supported(int dtype, int64_t head_dim, const void* q, const void* k, const void* v,
+                                   const void* o, const void* d_o);
+int st_attention_bwd_mma(int dtype, const void* q, const void* k, const void* v, const void* o, const void* d_o,
+                         const float* lse, float* delta, void* dq, void* dk, void* dv, int64_t bh, int64_t seq_q,
+                         int64_t seq_k, int64_t head_dim, float scale, int causal, cudaStream_t stream);
 
 // Fused cross-entropy over (rows, vocab) logits with int64 targets (ignore_index rows give 0):
 // loss[r] = (1 - eps) * (lse - x[t]) + eps * (lse - mean_j x[j]); lse fp32 (rows,) is saved.

@@ -23,7 +23,8 @@
 
 namespace st {
 
-// The mma's element type: fp16 (T = __half) or bf16 (T = __nv_bfloat16); kEmu is StDtype's code.
+// The mma's element type: fp16 (T = __half) or bf16 (T = __nv_bfloat16); kEmu is StDtype's code;
+// pack / unpack: two floats to and from one register of two elements (the lower one in the low half).
 template <typename T> struct MmaType;
 template <> struct MmaType<__half> {
   static constexpr int kEmu = 1;
@@ -31,12 +32,18 @@ template <> struct MmaType<__half> {
     const __half2 h = __floats2half2_rn(lo, hi);  // .x (lo) in the low 16 bits, as a fragment wants
     return *reinterpret_cast<const uint32_t*>(&h);
   }
+  __device__ __forceinline__ static float2 unpack(uint32_t bits) {
+    return __half22float2(*reinterpret_cast<const __half2*>(&bits));
+  }
 };
 template <> struct MmaType<__nv_bfloat16> {
   static constexpr int kEmu = 2;
   __device__ __forceinline__ static uint32_t pack(float lo, float hi) {
     const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<const uint32_t*>(&h);
+  }
+  __device__ __forceinline__ static float2 unpack(uint32_t bits) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits));
   }
 };
 

@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 
 from scaletrain.ops.interface import KERNELS_DIR
+from scaletrain.ops.testing import attention_grad_atol
+from scaletrain.ops.toolchain.attention_cuda_cpu import MMA_SOURCES
 from scaletrain.testing import TOLERANCE, assert_close
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
@@ -59,19 +61,38 @@ def test_attention_mma_cu_matches_torch_in_the_emulator(bh, seq_q, seq_k, d, cau
     assert_close(lse, ref_lse, rtol=TOLERANCE[torch.float32], what="L")
 
 
+@pytest.mark.parametrize("bh,seq_q,seq_k,d,causal,dtype", [
+    (2, 70, 70, 64, True, torch.float16), (1, 33, 100, 64, False, torch.bfloat16),
+    (1, 90, 40, 128, True, torch.float16), (2, 17, 50, 128, False, torch.bfloat16)])
+def test_attention_mma_bwd_cu_matches_torch_in_the_emulator(bh, seq_q, seq_k, d, causal, dtype):
+    """dQ, dK, dV of attention_mma_bwd.cu from attention_mma.cu's O and L, against float64 autograd:
+    P and dS are rounded to the storage type before their mma, as in FlashAttention-2."""
+    from scaletrain.ops.toolchain.attention_cuda_cpu import attention_bwd_mma, attention_fwd_mma
+    q, k, v = _inputs(bh, seq_q, seq_k, d, dtype, seed=3)
+    do = torch.randn(bh, seq_q, d, generator=torch.Generator().manual_seed(4)).to(dtype)
+    o, lse = attention_fwd_mma(q, k, v, causal)
+    ref = [t.double().requires_grad_() for t in (q, k, v)]
+    F.scaled_dot_product_attention(*ref, is_causal=causal).backward(do.double())
+    atol = attention_grad_atol(q, k, v, do, storage=dtype)  # where dS = P (dP - D) cancels (one key)
+    for name, got, r in zip(("dQ", "dK", "dV"), attention_bwd_mma(do, q, k, v, o, lse, causal), ref):
+        assert_close(got, r.grad, rtol=4 * TOLERANCE[dtype], atol=atol[name], what=name)
+
+
 @pytest.mark.parametrize("dtype,d", [(torch.float32, 64), (torch.float16, 80), (torch.bfloat16, 32)])
-def test_what_the_tensor_core_kernel_does_not_run_is_refused(dtype, d):
-    from scaletrain.ops.toolchain.attention_cuda_cpu import attention_fwd_mma
+def test_what_the_tensor_core_kernels_do_not_run_is_refused(dtype, d):
+    from scaletrain.ops.toolchain.attention_cuda_cpu import attention_bwd_mma, attention_fwd_mma
     q = torch.randn(1, 4, d).to(dtype)
     with pytest.raises(ValueError, match="fp16 / bf16 at head dim 64 or 128"):
         attention_fwd_mma(q, q, q)
+    with pytest.raises(ValueError, match="fp16 / bf16 at head dim 64 or 128"):
+        attention_bwd_mma(q, q, q, q, q, torch.zeros(1, 4))
 
 
 def _planted(folder, good: str, bad: str):
-    """kernels/'s attention_mma.cu and headers copied into `folder`, `good` replaced by `bad` in the
+    """kernels/'s attention_mma*.cu and headers copied into `folder`, `good` replaced by `bad` in the
     one file that holds it."""
     holders = []
-    for path in [KERNELS_DIR / "attention_mma.cu", *KERNELS_DIR.glob("*.cuh"), *KERNELS_DIR.glob("*.h")]:
+    for path in [*(KERNELS_DIR / s for s in MMA_SOURCES), *KERNELS_DIR.glob("*.cuh"), *KERNELS_DIR.glob("*.h")]:
         text = path.read_text()
         holders += [path.name] * text.count(good)
         (folder / path.name).write_text(text.replace(good, bad))

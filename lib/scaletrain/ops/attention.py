@@ -9,8 +9,8 @@ Backends (the same names as softmax / layer_norm, backends.resolve_name):
            FlashAttention-2's work split, Dao 2023), O(n d) memory; on CPU tensors through the
            Triton interpreter (TRITON_INTERPRET=1);
   "cuda"   kernels/attention.cu: forward and backward, warp-per-row kernels without tensor cores;
-           the forward of fp16 / bf16 at head dim 64 or 128 on sm_80+ runs kernels/attention_mma.cu,
-           FlashAttention-2 on tensor cores (mma.sync);
+           fp16 / bf16 at head dim 64 or 128 on sm_80+ run kernels/attention_mma.cu and
+           attention_mma_bwd.cu instead, FlashAttention-2 on tensor cores (mma.sync);
   "auto"   triton for CUDA tensors, torch on CPU.
 Every backend's forward returns (O, L) with L = logsumexp of each scaled score row, the only
 statistic the backward needs besides Q, K, V and O (FlashAttention-2, Algorithm 2): what is

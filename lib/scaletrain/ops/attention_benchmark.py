@@ -6,10 +6,11 @@ Everywhere: the bytes moved by the composed attention (attention_naive.py) vs Fl
 lengths, "counted" column), and what autograd keeps for the backward (naive: O(n^2), the fused
 Function: Q, K, V, O and L, O(n d)).  Plot: MB vs n, log-log: slope 2 vs slope 1.
 
-On a GPU, also: forward and forward + backward time of the Triton kernels (and the CUDA ones: "cuda",
-whose fp16 / bf16 forward runs on tensor cores, kernels/attention_mma.cu, and "cuda scalar", the
-forward of kernels/attention.cu without them) beside torch's scaled_dot_product_attention restricted to its math path (the composed one) and
-to its flash path, timed round-robin (bench.compare_many: CUDA events, L2 flushed), at batch 4 x
+On a GPU, also: forward and forward + backward time of the Triton kernels (and the CUDA ones:
+"cuda", whose fp16 / bf16 forward and backward run on tensor cores, kernels/attention_mma*.cu, and
+"cuda scalar", the forward of kernels/attention.cu without them) beside torch's
+scaled_dot_product_attention restricted to its math path (the composed one) and to its flash path,
+timed round-robin (bench.compare_many: CUDA events, L2 flushed), at batch 4 x
 16 heads; TFLOP/s (forward 4 n^2 d per head, halved when causal; backward 2.5x the forward, the
 FlashAttention-2 paper's convention); speedups as medians of per-pair ratios; peak memory of
 one forward + backward.  The targets a1b's speed checks grade: >= 2x the math path at
@@ -233,7 +234,7 @@ def speed_rows(ns=(512, 1024, 2048, 4096), *, dtype=torch.float16, causal: bool 
 def _cuda_scalar_forward(causal: bool):
     """attention.cu's scalar forward alone, on 4-d inputs: the row the "cuda" backend's forward is
     measured against, since for fp16 / bf16 at head dim 64 that one runs attention_mma.cu on tensor
-    cores (the scalar kernel keeps fp32, other head dims, and the backward)."""
+    cores (the scalar kernels keep fp32 and the other head dims)."""
     from scaletrain.ops import attention_cuda
     ext = attention_cuda.load()
 
@@ -320,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
                        causal=args.causal, reps=5 if args.quick else 15)
     print(f"\nGPU {torch.cuda.get_device_name()}, batch 4 x 16 heads, head dim {HEAD_DIM}, {args.dtype}: "
           "targets >= 2x math at n >= 1024, >= 0.7x flash forward at n = 4096; 'cuda' = attention_mma.cu's "
-          "tensor-core forward for fp16 / bf16 (attention.cu's backward), target >= 0.5x flash forward; "
+          "tensor-core kernels for fp16 / bf16 (attention_mma*.cu), target >= 0.5x flash forward; "
           "'cuda scalar' = attention.cu's forward")
     print(bench.format_table(speed))
     print(f"\na1b's speed checks as graded ({GRADED}; attention_benchmark.graded_speed, the kernels in this "

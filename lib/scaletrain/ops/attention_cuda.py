@@ -1,12 +1,12 @@
-"""The "cuda" backend of attention and cross_entropy: kernels/attention.cu, kernels/attention_mma.cu and
-kernels/cross_entropy.cu behind kernels/attention_binding.cpp, compiled on first use
-(torch.utils.cpp_extension.load, cached under $TORCH_EXTENSIONS_DIR like cuda_ext.py's softmax /
+"""The "cuda" backend of attention and cross_entropy: kernels/attention.cu, attention_mma.cu,
+attention_mma_bwd.cu and cross_entropy.cu behind kernels/attention_binding.cpp, compiled on first
+use (torch.utils.cpp_extension.load, cached under $TORCH_EXTENSIONS_DIR like cuda_ext.py's softmax /
 LayerNorm extension).
 
 Written in CUDA: the attention forward and backward, the cross-entropy forward and backward.  The
-extension's attention_fwd runs attention_mma.cu's tensor-core kernel (mma.sync) for fp16 / bf16 at
-head dim 64 or 128 on sm_80+ and attention.cu's scalar kernel otherwise (attention_fwd_uses_mma
-says which); attention_fwd_scalar and attention_fwd_mma force one.
+extension's attention_fwd and attention_bwd run the tensor-core kernels (attention_mma*.cu:
+mma.sync) for fp16 / bf16 at head dim 64 or 128 on sm_80+ and attention.cu's scalar kernels
+otherwise (attention_fwd_uses_mma says which); attention_{fwd,bwd}_{scalar,mma} force one.
 Needs a CUDA device, nvcc and the CUDA build of torch.
 """
 
@@ -22,7 +22,7 @@ from scaletrain.ops.interface import KERNELS_DIR
 
 __all__ = ["SOURCES", "load"]
 
-SOURCES = ("attention_binding.cpp", "attention.cu", "attention_mma.cu", "cross_entropy.cu")
+SOURCES = ("attention_binding.cpp", "attention.cu", "attention_mma.cu", "attention_mma_bwd.cu", "cross_entropy.cu")
 
 
 @functools.cache

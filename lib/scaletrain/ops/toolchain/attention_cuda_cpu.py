@@ -1,5 +1,5 @@
-"""kernels/attention.cu (forward, backward), kernels/attention_mma.cu (the tensor-core forward) and
-kernels/cross_entropy.cu run unmodified on a CPU, in the CUDA emulator.
+"""kernels/attention.cu (forward, backward), kernels/attention_mma.cu and attention_mma_bwd.cu (the
+same on tensor cores) and kernels/cross_entropy.cu run unmodified on a CPU, in the CUDA emulator.
 
 scaletrain.ops.toolchain.cuda_cpu compiles .cu files as host C++ against its shim (32-lane warps, block
 barriers, warp shuffles) and runs their extern "C" launchers; this module declares module 1b's
@@ -19,10 +19,11 @@ import torch
 from scaletrain.ops.toolchain import cuda_cpu
 from scaletrain.ops.interface import KERNELS_DIR
 
-__all__ = ["attention_fwd", "attention_fwd_mma", "attention_bwd", "cross_entropy_fwd", "cross_entropy_bwd",
-           "MMA_HEAD_DIMS"]
+__all__ = ["attention_fwd", "attention_fwd_mma", "attention_bwd", "attention_bwd_mma", "cross_entropy_fwd",
+           "cross_entropy_bwd", "MMA_HEAD_DIMS", "MMA_SOURCES"]
 
 MMA_HEAD_DIMS = (64, 128)  # the head dims attention_mma.cu is instantiated for
+MMA_SOURCES = ("attention_mma.cu", "attention_mma_bwd.cu")
 
 _DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}  # StDtype of launchers.h
 _P, _I = c.c_void_p, c.c_int64
@@ -45,10 +46,12 @@ def _library():
 
 @functools.cache
 def _mma_library(folder: str):
-    """attention_mma.cu and its headers, all from `folder` (kernels/, or a planted copy in the tests)."""
-    lib = cuda_cpu.load(folder, include=folder, sources=("attention_mma.cu",))
-    lib.dll.st_attention_fwd_mma.restype = c.c_int
-    lib.dll.st_attention_fwd_mma.argtypes = _SIGNATURES["st_attention_fwd"]
+    """attention_mma.cu, attention_mma_bwd.cu and their headers, all from `folder` (kernels/, or a
+    planted copy in the tests)."""
+    lib = cuda_cpu.load(folder, include=folder, sources=MMA_SOURCES)
+    for name, like in (("st_attention_fwd_mma", "st_attention_fwd"), ("st_attention_bwd_mma", "st_attention_bwd")):
+        fn = getattr(lib.dll, name)
+        fn.restype, fn.argtypes = c.c_int, _SIGNATURES[like]
     return lib
 
 
@@ -67,13 +70,17 @@ def attention_fwd(q, k, v, causal: bool = False, scale: float | None = None):
     return o, lse
 
 
+def _check_mma(q) -> None:
+    if q.dtype not in (torch.float16, torch.bfloat16) or q.shape[-1] not in MMA_HEAD_DIMS:
+        raise ValueError(f"attention_mma.cu runs fp16 / bf16 at head dim {' or '.join(map(str, MMA_HEAD_DIMS))}, "
+                         f"got {q.dtype} at head dim {q.shape[-1]}; attention.cu's kernels cover the rest")
+
+
 def attention_fwd_mma(q, k, v, causal: bool = False, scale: float | None = None, *, folder=KERNELS_DIR):
     """(O, L) of attention_mma.cu (mma.sync fragments, emulated by their PTX layout) for contiguous
     fp16 / bf16 CPU q (BH, seq_q, d), k, v (BH, seq_k, d), d in MMA_HEAD_DIMS; ValueError otherwise."""
     bh, seq_q, d = q.shape
-    if q.dtype not in (torch.float16, torch.bfloat16) or d not in MMA_HEAD_DIMS:
-        raise ValueError(f"attention_mma.cu runs fp16 / bf16 at head dim {' or '.join(map(str, MMA_HEAD_DIMS))}, "
-                         f"got {q.dtype} at head dim {d}; attention.cu's attention_fwd covers the rest")
+    _check_mma(q)
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     q, k, v = (t.contiguous() for t in (q, k, v))
     o, lse = _nan(q.shape, q.dtype), _nan((bh, seq_q), torch.float32)
@@ -93,6 +100,23 @@ def attention_bwd(do, q, k, v, o, lse, causal: bool = False, scale: float | None
     _library().call("attention backward", "st_attention_bwd", _DTYPES[q.dtype], q.data_ptr(), k.data_ptr(),
                     v.data_ptr(), o.data_ptr(), do.data_ptr(), lse.contiguous().data_ptr(), delta.data_ptr(),
                     dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), bh, seq_q, k.shape[1], d, scale, int(causal), None)
+    return dq, dk, dv
+
+
+def attention_bwd_mma(do, q, k, v, o, lse, causal: bool = False, scale: float | None = None, *,
+                      folder=KERNELS_DIR):
+    """(dQ, dK, dV) of attention_mma_bwd.cu (tensor cores) from contiguous fp16 / bf16 CPU tensors and
+    the forward's O, L; the head dims of attention_fwd_mma."""
+    bh, seq_q, d = q.shape
+    _check_mma(q)
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    do, q, k, v, o = (t.contiguous() for t in (do, q, k, v, o))
+    dq, dk, dv = _nan(q.shape, q.dtype), _nan(k.shape, k.dtype), _nan(v.shape, v.dtype)
+    delta = _nan((bh, seq_q), torch.float32)
+    _mma_library(str(folder)).call("attention backward (tensor cores)", "st_attention_bwd_mma", _DTYPES[q.dtype],
+                                   q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), do.data_ptr(),
+                                   lse.contiguous().data_ptr(), delta.data_ptr(), dq.data_ptr(), dk.data_ptr(),
+                                   dv.data_ptr(), bh, seq_q, k.shape[1], d, scale, int(causal), None)
     return dq, dk, dv
 
 
