@@ -15,8 +15,14 @@ the median of per-rep ratios with p20-p80, the baseline's own row 1.00), and one
                   tiny GPT and GPT-2 small's shape
   4. accuracy     held-out loss of the tiny GPT trained on the course corpus (demo.train_tiny) with
                   its blocks' Linears quantized: bits × per-tensor / per-channel / group sizes
+  5. distillation held-out loss of a 5x smaller student (demo.STUDENT_CFG) distilled from that model
+                  (T = 2, α = 0.5) against the same student trained on the labels alone (the baseline),
+                  same batches and steps, on transfer sets of 1 KiB, 4 KiB and fresh batches; the
+                  median over seeds and of the per-seed perplexity ratios
+  6. pruning      held-out loss of that model pruned (global, per-layer, per-row) at sparsities 0 to
+                  0.9, against the dense model (sparsity 0, the baseline)
 
-Plot: bench_out/infer.png. On a CPU the figures are ratios of two runs on the same cores; the
+Plots: bench_out/infer.png (1-4), bench_out/infer_compression.png (5-6). On a CPU the figures are ratios of two runs on the same cores; the
 retrieve-and-re-rank's win is a GPU kernel's (fewer elements through shared memory); in torch on a
 CPU its gathers cost more than the sort they save, and the table says so.
 """
@@ -24,6 +30,8 @@ CPU its gathers cost more than the sort they save, and the table says so.
 from __future__ import annotations
 
 import argparse
+import math
+import statistics
 
 import torch
 
@@ -38,7 +46,7 @@ from scaletrain.infer.rerank import beam_topk, candidates
 from scaletrain.infer.sampling import greedy
 from scaletrain.models import GPT, GPTConfig
 
-DECODE_BASELINE, TOPK_BASELINE = "uncached", "sort k·V"
+DECODE_BASELINE, TOPK_BASELINE, DISTILL_BASELINE = "uncached", "sort k·V", "scratch"
 DECODE_CFG = GPTConfig(vocab_size=256, block_size=256, n_layer=2, n_head=4, n_embd=64)
 GPT2_SMALL = GPTConfig(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768)
 PROMPT, BATCH = 8, 4
@@ -119,8 +127,7 @@ def memory_rows() -> list[dict]:
     return rows
 
 
-def accuracy_rows(steps: int, group_sizes: tuple[int, ...]) -> list[dict]:
-    model, _ = demo.train_tiny(steps=steps)
+def accuracy_rows(model: GPT, group_sizes: tuple[int, ...]) -> list[dict]:
     rows = []
     for bits in (8, 4, 3):
         for row in demo.quant_sweep(model, {"float": None, **demo.group_specs(bits, group_sizes)} if bits == 8
@@ -128,6 +135,33 @@ def accuracy_rows(steps: int, group_sizes: tuple[int, ...]) -> list[dict]:
             rows.append({"bits": 32 if row["weights"] == "float" else bits, **row})
     base = rows[0]["loss"]
     return [{**r, "Δ loss vs float": f"{r['loss'] - base:+.5f}"} for r in rows]  # the effect is in the 3rd decimal
+
+
+def distill_rows(teacher: GPT, steps: int, seeds: int, transfers: tuple[int | None, ...]) -> list[dict]:
+    rows = []
+    for transfer in transfers:
+        runs = [demo.distill_vs_scratch(teacher, transfer=transfer, steps=steps, seed=seed) for seed in range(seeds)]
+        ratios = [math.exp(r["distilled"] - r["scratch"]) for r in runs]  # perplexity, distilled / scratch
+        for student in ("teacher", DISTILL_BASELINE, "distilled"):
+            losses = [r[student] for r in runs]
+            rows.append({"transfer set": runs[0]["transfer set"], "model": student,
+                         "params": runs[0]["teacher params" if student == "teacher" else "student params"],
+                         "held-out loss": statistics.median(losses), "p20": bench.quantile(losses, 0.2),
+                         "p80": bench.quantile(losses, 0.8),
+                         "ppl vs scratch": "" if student == "teacher" else
+                         1.0 if student == DISTILL_BASELINE else statistics.median(ratios)})
+    return rows
+
+
+def prune_rows(model: GPT, sparsities: tuple[float, ...]) -> list[dict]:
+    rows = demo.prune_sweep(model, sparsities)
+    dense = next(r["loss"] for r in rows if r["sparsity"] == 0)
+    return [{**r, "Δ loss vs dense": r["loss"] - dense, "ppl vs dense": math.exp(r["loss"] - dense)} for r in rows]
+
+
+def _decimals(rows: list[dict], digits: int = 4) -> list[dict]:
+    """Floats as fixed decimals: these tables' differences sit in the 2nd-4th decimal of a loss near 3."""
+    return [{k: f"{v:.{digits}f}" if isinstance(v, float) else v for k, v in r.items()} for r in rows]
 
 
 def plot(decoding: list[dict], topk: list[dict], accuracy: list[dict]):
@@ -162,6 +196,32 @@ def plot(decoding: list[dict], topk: list[dict], accuracy: list[dict]):
     return bench.save_figure(fig, "infer.png", dpi=110)
 
 
+def plot_compression(distill: list[dict], pruning: list[dict]):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    sets = list(dict.fromkeys(r["transfer set"] for r in distill))
+    for i, student in enumerate((DISTILL_BASELINE, "distilled")):
+        axes[0].bar([j + 0.4 * i for j in range(len(sets))],
+                    [next(r["held-out loss"] for r in distill if r["transfer set"] == t and r["model"] == student)
+                     for t in sets], 0.4, label=f"student, {student}")
+    axes[0].axhline(distill[0]["held-out loss"], color="k", lw=0.8, label="teacher")
+    axes[0].set_xticks([j + 0.2 for j in range(len(sets))], sets)
+    axes[0].set(xlabel="transfer set", ylabel="held-out loss (nats/byte)", title="distillation, median over seeds")
+    axes[0].set_ylim(bottom=min(r["held-out loss"] for r in distill) - 0.3)
+    axes[0].legend(fontsize=8)
+    for kind in dict.fromkeys(r["kind"] for r in pruning):
+        pts = [r for r in pruning if r["kind"] == kind]
+        axes[1].plot([r["zeros"] for r in pts], [r["loss"] for r in pts], marker="o", label=kind)
+    axes[1].set(xlabel="share of block weights zeroed", ylabel="held-out loss (nats/byte)",
+                title="magnitude pruning, no retraining")
+    axes[1].legend()
+    fig.tight_layout()
+    return bench.save_figure(fig, "infer_compression.png", dpi=110)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m scaletrain.bench infer", description=__doc__.splitlines()[2])
     parser.add_argument("--quick", action="store_true", help="n up to 64, V up to 8000, 60 training steps, 3 reps")
@@ -189,9 +249,18 @@ def _run(quick: bool, reps: int) -> int:
           "(codes packed, fp16 scale per group)")
     print(bench.format_table(memory_rows()))
     steps = 60 if quick else 300
-    accuracy = accuracy_rows(steps, (16,) if quick else (64, 16))
+    model, _ = demo.train_tiny(steps=steps)
+    accuracy = accuracy_rows(model, (16,) if quick else (64, 16))
     print(f"\n4. held-out loss of the tiny GPT ({steps} steps on the course corpus), blocks' Linears fake-quantized "
           "(symmetric, min-max)")
     print(bench.format_table(accuracy))
-    print(f"\nplot: {plot(decoding, topk, accuracy)}")
+    seeds = 1 if quick else 3
+    distill = distill_rows(model, steps, seeds, (1, None) if quick else (1, 4, None))
+    print(f"\n5. distillation of that model into a student of {distill[1]['params']} parameters, {steps} steps, "
+          f"T = 2, α = 0.5, against the same student on the labels alone; median of {seeds} seeds")
+    print(bench.format_table(_decimals(distill)))
+    pruning = prune_rows(model, (0.0, 0.25, 0.5, 0.75, 0.9))
+    print("\n6. magnitude pruning of that model's blocks' Linears, one shot (no retraining); zeros = share reached")
+    print(bench.format_table(_decimals(pruning)))
+    print(f"\nplots: {plot(decoding, topk, accuracy)}, {plot_compression(distill, pruning)}")
     return 0

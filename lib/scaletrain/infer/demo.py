@@ -133,10 +133,11 @@ def distill_vs_scratch(teacher: GPT, *, transfer: int | None = None, steps: int 
 def prune_sweep(model: GPT, sparsities: Sequence[float], kinds: Sequence[str] = KINDS) -> list[dict]:
     """One row per (kind, sparsity): the share of zeros reached, held-out loss and perplexity."""
     rows = []
-    for kind in kinds:
-        for sparsity in sparsities:
-            pruned, _ = prune(model, sparsity, kind=kind)
-            loss = held_out_loss(pruned)
-            rows.append({"kind": kind, "sparsity": sparsity, "zeros": zero_fraction(pruned), "loss": loss,
-                         "perplexity": float(torch.tensor(loss).exp())})
+    with one_thread():
+        for kind in kinds:
+            for sparsity in sparsities:
+                pruned, _ = prune(model, sparsity, kind=kind)
+                loss = held_out_loss(pruned)
+                rows.append({"kind": kind, "sparsity": sparsity, "zeros": zero_fraction(pruned), "loss": loss,
+                             "perplexity": float(torch.tensor(loss).exp())})
     return rows
