@@ -30,6 +30,8 @@ BATCH = 5
     ("AddBackward0", "elementwise"), ("torch::autograd::AccumulateGrad", "elementwise"),
     ("aten::_foreach_mul_", "optimizer"), ("c10d::allreduce_", "communication"), ("nccl:all_reduce", "communication"),
     ("gloo:all_gather", "communication"), ("aten::embedding", "other"), ("aten::view", "other"),
+    ("Optimizer.step#AdamW.step", "optimizer"), ("aten::glu_backward", "activation"),
+    ("aten::native_dropout_backward", "elementwise"),
     ("aten::addmv_like_unknown", "other")])
 def test_the_categoriser_names_known_ops(name, category):
     assert categorise(name) == category and category in CATEGORIES
