@@ -1,11 +1,12 @@
-"""kernels/attention_mma.cu, FlashAttention-2's forward on tensor cores (mma.sync m16n8k16), run on
-the CPU by the CUDA emulator, whose mma rebuilds A and B from every lane's registers by the PTX
-ISA's fragment layout (kernels/cuda_cpu/runtime.cpp, mma_m16n8k16):
+"""kernels/attention_mma.cu and attention_mma_bwd.cu, FlashAttention-2's forward and backward on
+tensor cores (mma.sync m16n8k16, ldmatrix, cp.async), run on the CPU by the CUDA emulator, whose mma
+rebuilds A and B from every lane's registers by the PTX ISA's fragment layout
+(kernels/cuda_cpu/runtime.cpp, mma_m16n8k16):
 
-* its O and L against torch's attention in float64 on the same rounded inputs: head dims 64 and
-  128, fp16 and bf16, causal and not, sequences that end inside a 64-row block and a 64-key tile,
-  seq_q != seq_k, several CTAs and heads;
-* what it does not run (fp32, other head dims) is refused with a clear error;
+* O and L, and dQ, dK, dV, against torch's attention in float64 on the same rounded inputs: head
+  dims 64 and 128, fp16 and bf16, causal and not, sequences that end inside a 64-row block and a
+  tile, seq_q != seq_k, several CTAs and heads, scores large enough to move the running max;
+* what the kernels do not run (fp32, other head dims) is refused with a clear error;
 * planted wrong fragment layouts (V's B fragment loaded by ldmatrix without .trans, Q's A
   registers in the wrong order) compile, run, and give wrong numbers: the emulator models the
   layouts, it does not ignore them;
@@ -13,8 +14,9 @@ ISA's fragment layout (kernels/cuda_cpu/runtime.cpp, mma_m16n8k16):
 * the emulator's mma and ldmatrix themselves: one warp's D = A B + C from fragments written out
   by the ISA's table or loaded by ldmatrix (plain and .trans), and a lane that leaves before the
   mma is named.
-The GPU run of the same kernel against SDPA: test_attention_triton.py's `gpu` tests with backend
-"cuda" (fp16 / bf16 at head dim 64 pick this kernel); its compile check: test_attention_mma_compile.py."""
+The GPU runs against SDPA: test_attention_mma_gpu.py, and test_attention_triton.py's `gpu` tests with
+backend "cuda" (fp16 / bf16 at head dim 64 and 128 pick these kernels); the compile check:
+test_attention_mma_compile.py."""
 
 import ctypes
 import shutil
