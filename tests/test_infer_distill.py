@@ -26,8 +26,8 @@ def _logits(seed: int, shape=(3, 5, 11)) -> tuple[torch.Tensor, torch.Tensor, to
 def test_loss_is_the_weighted_kl_and_cross_entropy(temperature, alpha):
     z_s, z_t, y = _logits(int(temperature * 10))
     V = z_s.shape[-1]
-    kl = F.kl_div((z_s / temperature).log_softmax(-1).reshape(-1, V), (z_t / temperature).log_softmax(-1).reshape(-1, V),
-                  log_target=True, reduction="batchmean")
+    log_q, log_p = ((z / temperature).log_softmax(-1).reshape(-1, V) for z in (z_s, z_t))
+    kl = F.kl_div(log_q, log_p, log_target=True, reduction="batchmean")
     want = alpha * temperature**2 * kl + (1 - alpha) * F.cross_entropy(z_s.reshape(-1, V), y.flatten())
     assert_close(distillation_loss(z_s, z_t, y, temperature=temperature, alpha=alpha), want, rtol=1e-12)
 

@@ -22,9 +22,10 @@ the median of per-rep ratios with p20-p80, the baseline's own row 1.00), and one
   6. pruning      held-out loss of that model pruned (global, per-layer, per-row) at sparsities 0 to
                   0.9, against the dense model (sparsity 0, the baseline)
 
-Plots: bench_out/infer.png (1-4), bench_out/infer_compression.png (5-6). On a CPU the figures are ratios of two runs on the same cores; the
-retrieve-and-re-rank's win is a GPU kernel's (fewer elements through shared memory); in torch on a
-CPU its gathers cost more than the sort they save, and the table says so.
+Plots: bench_out/infer.png (1-4), bench_out/infer_compression.png (5-6). On a CPU the figures are
+ratios of two runs on the same cores; the retrieve-and-re-rank's win is a GPU kernel's (fewer elements
+through shared memory); in torch on a CPU its gathers cost more than the sort they save, and the
+table says so.
 """
 
 from __future__ import annotations
@@ -224,7 +225,8 @@ def plot_compression(distill: list[dict], pruning: list[dict]):
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m scaletrain.bench infer", description=__doc__.splitlines()[2])
-    parser.add_argument("--quick", action="store_true", help="n up to 64, V up to 8000, 60 training steps, 3 reps")
+    parser.add_argument("--quick", action="store_true",
+                        help="n up to 64, V up to 8000, 60 training steps, 1 distillation seed, 3 reps")
     parser.add_argument("--reps", type=int, default=None, help="timed reps per variant (default 10, quick 3)")
     args = parser.parse_args(argv)
     reps = args.reps or (3 if args.quick else 10)

@@ -118,8 +118,8 @@ def distill_vs_scratch(teacher: GPT, *, transfer: int | None = None, steps: int 
     batches, one from scratch (labels only), one distilled; the batches are `transfer` fixed ones
     cycled (a small transfer set: Hinton et al. §3's 3 % of the data), or fresh each step (None)."""
     with one_thread():
-        row = {"transfer set": "fresh batches" if transfer is None else f"{transfer * batch * STUDENT_CFG.block_size} B",
-               "teacher": held_out_loss(teacher), "teacher params": num_params(teacher)}
+        size = "fresh batches" if transfer is None else f"{transfer * batch * STUDENT_CFG.block_size} B"
+        row = {"transfer set": size, "teacher": held_out_loss(teacher), "teacher params": num_params(teacher)}
         for name, source in (("scratch", None), ("distilled", teacher)):
             batches = train_batches(batch, STUDENT_CFG.block_size, seed=seed + 1)  # not the teacher's draws
             if transfer is not None:
