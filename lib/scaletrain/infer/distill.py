@@ -7,7 +7,8 @@ Knowledge in a Neural Network", §2, with p = softmax(z_t / T), q = softmax(z_s 
 
     L = α · T² · KL(p ‖ q) + (1 − α) · CE(z_s, y)          (KL summed over V, averaged over N positions)
 
-The soft term's gradient is ∂/∂z_s [T² · KL(p ‖ q) / N] = T · (q − p) / N (the KL's is (q − p)/T).
+The soft term's gradient at each position is ∂(T² · KL) / ∂z_s = T · (q − p) / N (the KL's own is
+(q − p) / (T·N)).
 For large T, with zero-mean logits, q − p ≈ (z_s − z_t) / (V·T), so the gradient tends to
 (z_s − z_t) / (V·N): independent of T. That is why the soft term carries T²: changing T does not
 re-weigh it against the hard term (Hinton §2.1).
