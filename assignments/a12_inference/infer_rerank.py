@@ -16,15 +16,14 @@ union of every row's top k, hence among the union of the rows' candidates.
 
 Ties: indices follow the lowest-index-first order of a stable descending sort, on both backends.
 -inf is an ordinary value (masked logits); NaN is not handled (torch.topk ranks it first).
-The Triton kernel (kernels/retrieve_rerank_triton.py) runs on CUDA, or on CPU through the Triton
-interpreter (TRITON_INTERPRET=1 before triton is imported).
+The Triton kernel (kernels/retrieve_rerank_triton.py) has its launcher in rerank_triton.py.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["group_ids", "rough_threshold", "candidates", "retrieve_rerank", "beam_topk", "retrieve_rerank_triton"]
+__all__ = ["group_ids", "rough_threshold", "candidates", "retrieve_rerank", "beam_topk", "check_shapes"]
 
 
 def group_ids(V: int, groups: int, device=None) -> torch.Tensor:
@@ -32,7 +31,7 @@ def group_ids(V: int, groups: int, device=None) -> torch.Tensor:
     return torch.arange(V, device=device) * groups // V
 
 
-def _check(x: torch.Tensor, k: int, groups: int) -> None:
+def check_shapes(x: torch.Tensor, k: int, groups: int) -> None:
     V = x.shape[-1]
     if x.dim() != 2 or not 1 <= k <= groups <= V:
         raise ValueError(f"retrieve and re-rank: need x (rows, V) and 1 <= k <= groups <= V, "
@@ -42,7 +41,7 @@ def _check(x: torch.Tensor, k: int, groups: int) -> None:
 def rough_threshold(x: torch.Tensor, k: int, groups: int | None = None) -> torch.Tensor:
     """R per row (rows,): the k-th largest of the `groups` group maxima (LightSeq: groups = k, R = min m_i)."""
     groups = groups or k
-    _check(x, k, groups)
+    check_shapes(x, k, groups)
     raise NotImplementedError('a12 task 12.3: implement `rough_threshold` (see assignments/a12_inference/README.md)')
 
 
@@ -73,11 +72,3 @@ def beam_topk(scores: torch.Tensor, k: int, *, groups: int | None = None) -> tup
     A beam holds at most min(k, V) of the survivors, so that is the k each beam retrieves."""
     raise NotImplementedError('a12 task 12.3: implement `beam_topk` (see assignments/a12_inference/README.md)')
 
-
-def retrieve_rerank_triton(x: torch.Tensor, k: int, *, groups: int | None = None):
-    """The kernel's (values, indices, candidates per row): one program per row (Triton)."""
-    from scaletrain.ops.backends import KERNELS_DIR, load_kernel_module
-
-    groups = groups or k
-    _check(x, k, groups)
-    return load_kernel_module(KERNELS_DIR / "retrieve_rerank_triton.py").retrieve_rerank(x, k, groups)

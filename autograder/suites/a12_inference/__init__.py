@@ -14,7 +14,8 @@ decides a verdict is here (judge.py, judge_quant.py, against reference.py):
   (`Check.needs`): the bytes of every storage the cache holds, the elements its writes produce, the
   positions that reach the model, the elements handed to a sort.
 
-torch.topk and kthvalue are forbidden in the re-rank file, by name and at run time (aten trapped).
+torch.topk and kthvalue are forbidden in the re-rank file, by name and at run time (aten trapped), and so
+is the course's Triton re-rank (scaletrain.ops' kernel loader, triton): its candidates would be counted as none.
 Beam search runs on the student's own cache: a reorder that is wrong costs task 12.2's values too.
 """
 
@@ -40,7 +41,7 @@ MANIFEST = Manifest(
         Task("12.4", "Group-wise quantization (Q-BERT)", file=QUANT, functions=("quantize", "dequantize")),
     ),
     forbidden={CACHE: _OWN, BEAM: _NO_TRICKS + ("scaletrain.infer.beam",), QUANT: _OWN,
-               RERANK: _OWN + ("torch.topk", "torch.kthvalue")},
+               RERANK: _OWN + ("torch.topk", "torch.kthvalue", "scaletrain.ops", "triton")},  # not the course's kernel
     groups=(
         Group("decode", "autograder.suites.a12_inference.judge:group_decode", timeout_s=90, trusted=True, checks=(
             Check("12.1", C_CACHE, 4), Check("12.1", C_REORDER, 2), Check("12.1", C_BYTES, 2, needs=(C_CACHE,)),

@@ -71,6 +71,11 @@ PLANTED = (
     Planted("re-rank by torch.topk (forbidden)", RERANK,
             (_ORDER, "    order = torch.topk(values, k, dim=-1).indices\n"), groups=_RERANK,
             expect=_all("flagged", _ALL_RR)),
+    Planted("re-rank by the course's Triton kernel, loaded from kernels/", RERANK,
+            (_MASK, "    from scaletrain.ops.backends import KERNELS_DIR, load_kernel_module\n"
+                    "    return load_kernel_module(KERNELS_DIR / 'retrieve_rerank_triton.py')"
+                    ".retrieve_rerank(x, k, groups or k)[:2]\n" + _MASK), groups=_RERANK,
+            expect=_all("flagged", _ALL_RR)),
     Planted("re-rank by topk looked up by a name built at run time", RERANK,
             (_ORDER, "    order = getattr(torch, 'to' + 'pk')(values, k, dim=-1).indices\n"), groups=_RERANK,
             expect=_all("flagged", _ALL_RR)),

@@ -14,8 +14,8 @@ One idea per file, in the order a request meets them:
     decode.py         prefill + one cached token per step for scaletrain.models.GPT; the uncached baseline
     sampling.py       greedy, top-k, top-p
     beam.py           beam search with the cache re-indexed; exhaustive search, its reference
-    rerank.py         retrieve and re-rank (LightSeq) in torch, and its Triton launcher
-                      (kernel: kernels/retrieve_rerank_triton.py)
+    rerank.py         retrieve and re-rank (LightSeq) in torch
+    rerank_triton.py  its Triton launcher (kernel: kernels/retrieve_rerank_triton.py)
     quant.py          symmetric/asymmetric, per-tensor/channel/group, min-max/percentile; fake quantization
     quant_linear.py   real int8 weights with the scales applied in the matmul; a quantized GPT
     distill.py        soft targets: α·T²·KL(p_t ‖ p_s) + (1 − α)·CE; the loop that distils or trains
@@ -30,7 +30,8 @@ from scaletrain.infer.kv_cache import KVCache, cache_bytes
 from scaletrain.infer.prune import block_linears, magnitude_masks, prune, row_masks, zero_fraction
 from scaletrain.infer.quant import QuantSpec, Quantized, dequantize, fake_quant, quantize
 from scaletrain.infer.quant_linear import QuantLinear, packed_bytes, quantize_model
-from scaletrain.infer.rerank import beam_topk, candidates, retrieve_rerank, retrieve_rerank_triton, rough_threshold
+from scaletrain.infer.rerank import beam_topk, candidates, retrieve_rerank, rough_threshold
+from scaletrain.infer.rerank_triton import retrieve_rerank_triton
 from scaletrain.infer.sampling import greedy, sampler, top_k_filter, top_p_filter
 
 __all__ = ["beam_search", "exhaustive_search", "flat_topk", "forward_cached", "generate", "generate_uncached",

@@ -15,15 +15,14 @@ union of every row's top k, hence among the union of the rows' candidates.
 
 Ties: indices follow the lowest-index-first order of a stable descending sort, on both backends.
 -inf is an ordinary value (masked logits); NaN is not handled (torch.topk ranks it first).
-The Triton kernel (kernels/retrieve_rerank_triton.py) runs on CUDA, or on CPU through the Triton
-interpreter (TRITON_INTERPRET=1 before triton is imported).
+The Triton kernel (kernels/retrieve_rerank_triton.py) has its launcher in rerank_triton.py.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["group_ids", "rough_threshold", "candidates", "retrieve_rerank", "beam_topk", "retrieve_rerank_triton"]
+__all__ = ["group_ids", "rough_threshold", "candidates", "retrieve_rerank", "beam_topk", "check_shapes"]
 
 
 def group_ids(V: int, groups: int, device=None) -> torch.Tensor:
@@ -31,7 +30,7 @@ def group_ids(V: int, groups: int, device=None) -> torch.Tensor:
     return torch.arange(V, device=device) * groups // V
 
 
-def _check(x: torch.Tensor, k: int, groups: int) -> None:
+def check_shapes(x: torch.Tensor, k: int, groups: int) -> None:
     V = x.shape[-1]
     if x.dim() != 2 or not 1 <= k <= groups <= V:
         raise ValueError(f"retrieve and re-rank: need x (rows, V) and 1 <= k <= groups <= V, "
@@ -41,7 +40,7 @@ def _check(x: torch.Tensor, k: int, groups: int) -> None:
 def rough_threshold(x: torch.Tensor, k: int, groups: int | None = None) -> torch.Tensor:
     """R per row (rows,): the k-th largest of the `groups` group maxima (LightSeq: groups = k, R = min m_i)."""
     groups = groups or k
-    _check(x, k, groups)
+    check_shapes(x, k, groups)
     # BEGIN SOLUTION
     gid = group_ids(x.shape[-1], groups, x.device).expand_as(x)
     maxima = x.new_full((x.shape[0], groups), float("-inf")).scatter_reduce(1, gid, x, "amax")
@@ -97,11 +96,3 @@ def beam_topk(scores: torch.Tensor, k: int, *, groups: int | None = None) -> tup
     return _rerank(scores.flatten()[flat], flat, k)
     # END SOLUTION
 
-
-def retrieve_rerank_triton(x: torch.Tensor, k: int, *, groups: int | None = None):
-    """The kernel's (values, indices, candidates per row): one program per row (Triton)."""
-    from scaletrain.ops.backends import KERNELS_DIR, load_kernel_module
-
-    groups = groups or k
-    _check(x, k, groups)
-    return load_kernel_module(KERNELS_DIR / "retrieve_rerank_triton.py").retrieve_rerank(x, k, groups)
