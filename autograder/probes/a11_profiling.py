@@ -42,11 +42,10 @@ def costs(jobs: list) -> list:
     out = []
     for job in jobs:
         cost = fn(job["name"], [list(s) for s in job["shapes"]], list(job["dtypes"]), ())
-        if cost is None:
-            out.append(None)
+        if cost is None or not (hasattr(cost, "flops") and hasattr(cost, "bytes")):
+            out.append(_shown(cost))
         else:
-            flops, nbytes = getattr(cost, "flops", None), getattr(cost, "bytes", None)
-            out.append([_shown(flops), _shown(nbytes)] if hasattr(cost, "flops") else _shown(cost))
+            out.append([_shown(cost.flops), _shown(cost.bytes)])
     return out
 
 
@@ -96,6 +95,7 @@ def gates(jobs: list) -> list:
     """`draws` calls of sample_gates on one seeded generator: a (draws, L) uint8 tensor of the gates,
     or the first answer that is not a list of L bools."""
     import torch
+    torch.set_num_threads(1)  # tiny tensors: two threads on a busy machine wait on each other
     fn = student_module("profile_pld").sample_gates
     out = []
     for job in jobs:
@@ -116,6 +116,7 @@ def forward(jobs: list) -> list:
     squares, which blocks' parameters got a gradient."""
     import torch
     from scaletrain.models import GPT, GPTConfig, make_batch
+    torch.set_num_threads(1)  # tiny GPTs: two threads on a busy machine wait on each other
     fn = student_module("profile_pld").pld_forward
     out = []
     for job in jobs:
@@ -127,8 +128,11 @@ def forward(jobs: list) -> list:
             out.append({"logits": _shown(logits), "grads": []})
             continue
         logits.float().pow(2).mean().backward()
-        out.append({"logits": logits.detach().clone(),
-                    "grads": [any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in block.parameters())
-                              if any(p.grad is not None for p in block.parameters()) else None
-                              for block in model.blocks]})
+        out.append({"logits": logits.detach().clone(), "grads": [_gradient(block) for block in model.blocks]})
     return out
+
+
+def _gradient(block) -> bool | None:
+    """None: no parameter of the block got a gradient; True: some got a nonzero one; False: only zeros."""
+    grads = [p.grad for p in block.parameters() if p.grad is not None]
+    return None if not grads else any(bool(g.abs().sum() > 0) for g in grads)
