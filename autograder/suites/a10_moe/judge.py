@@ -33,10 +33,6 @@ def equal(got, want, what: str) -> None:
         raise AssertionError(f"{what}: {got.tolist()} != expected {want.tolist()}"[:600])
 
 
-
-
-
-
 def _skipped(got: dict, where: str) -> None:
     if got.get("skipped"):
         raise AssertionError(f"{where}: {got['skipped']}")
@@ -146,8 +142,6 @@ def _judge_layer(asked, jobs, refs) -> None:
             close(grad if grad is not None else f"no gradient reached {name}", want, f"{where}: gradient of {name}")
 
 
-
-
 def group_routing(ctx):
     """Tasks 10.1-10.3: top-k routing, the load-balancing loss, capacity."""
     import torch
@@ -181,4 +175,3 @@ def group_dispatch(ctx):
         C_DISPATCH: lambda a: _judge_dispatch(a["dispatch_combine"], dispatches),
         C_LAYER: lambda a: _judge_layer(a["layer"], layers, layer_refs),
     }, CALL_S)
-

@@ -23,12 +23,6 @@ def _close(got, want, what: str, rtol: float = RTOL) -> None:
     assert_close(got, want, rtol=rtol, what=what)
 
 
-
-
-
-
-
-
 # ---------------------------------------------------------------- 11.1 categories
 
 def _judge_labels(asked, labels: dict[str, str]) -> None:
@@ -94,31 +88,6 @@ def _judge_norm(asked, jobs) -> None:
         _per_element(flops, elements, job)
 
 
-def group_analysis(ctx):
-    """Tasks 11.1-11.3: categories of real op names, FLOPs and bytes from recorded shapes, time by
-    (phase, category) and MFU of hidden profiles (one worker call each: a hang costs its task only)."""
-    labels = {kind: inputs.labelled(kind) for kind in ("forward", "backward", "system")}
-    unknown = inputs.unknown_names()
-    every = [n for table in labels.values() for n in table] + unknown
-    mm, ew, norm, profiles = inputs.matmul_jobs(), inputs.elementwise_jobs(), inputs.norm_jobs(), inputs.profiles()
-    fwd, bwd, sys_ = (len(labels[k]) for k in ("forward", "backward", "system"))
-    judge_calls(ctx, PROBE, {"categorise": every, "costs": mm + ew + norm, "breakdown": profiles, "mfu": profiles}, {
-        C_CAT_FWD: lambda a: _judge_labels(part(a["categorise"], 0, fwd), labels["forward"]),
-        C_CAT_BWD: lambda a: _judge_labels(part(a["categorise"], fwd, fwd + bwd), labels["backward"]),
-        C_CAT_SYS: lambda a: _judge_labels(part(a["categorise"], fwd + bwd, fwd + bwd + sys_), labels["system"]),
-        C_CAT_ONE: lambda a: _judge_one(a["categorise"], every, set(unknown)),
-        C_MM_FLOPS: lambda a: _judge_matmul(part(a["costs"], 0, len(mm)), mm, 0),
-        C_MM_BYTES: lambda a: _judge_matmul(part(a["costs"], 0, len(mm)), mm, 1),
-        C_EW: lambda a: _judge_elementwise(part(a["costs"], len(mm), len(mm) + len(ew)), ew),
-        C_NORM: lambda a: _judge_norm(part(a["costs"], len(mm) + len(ew), None), norm),
-        C_BREAKDOWN: lambda a: _judge_breakdown(a["breakdown"], profiles),
-        C_MFU: lambda a: _judge_mfu(a["mfu"], profiles, ("step ms", "model GFLOP (6NT)", "MFU %")),
-        C_COUNTED: lambda a: _judge_mfu(a["mfu"], profiles, ("counted GFLOP", "counted / peak %")),
-    }, CALL_S)
-
-
-
-
 # ---------------------------------------------------------------- 11.3 the step's tables
 
 def _judge_breakdown(asked, profiles) -> None:
@@ -146,6 +115,29 @@ def _judge_mfu(asked, profiles, keys) -> None:
                 raise AssertionError(f"step_mfu(profile {i}) has no key {key!r}")
             _close(got[key], want[key], f"step_mfu(profile {i} of {prof['steps']} steps, N={prof['num_params']:,}, "
                                         f"T={prof['tokens']:,})[{key!r}]")
+
+
+def group_analysis(ctx):
+    """Tasks 11.1-11.3: categories of real op names, FLOPs and bytes from recorded shapes, time by
+    (phase, category) and MFU of hidden profiles (one worker call each: a hang costs its task only)."""
+    labels = {kind: inputs.labelled(kind) for kind in ("forward", "backward", "system")}
+    unknown = inputs.unknown_names()
+    every = [n for table in labels.values() for n in table] + unknown
+    mm, ew, norm, profiles = inputs.matmul_jobs(), inputs.elementwise_jobs(), inputs.norm_jobs(), inputs.profiles()
+    fwd, bwd, sys_ = (len(labels[k]) for k in ("forward", "backward", "system"))
+    judge_calls(ctx, PROBE, {"categorise": every, "costs": mm + ew + norm, "breakdown": profiles, "mfu": profiles}, {
+        C_CAT_FWD: lambda a: _judge_labels(part(a["categorise"], 0, fwd), labels["forward"]),
+        C_CAT_BWD: lambda a: _judge_labels(part(a["categorise"], fwd, fwd + bwd), labels["backward"]),
+        C_CAT_SYS: lambda a: _judge_labels(part(a["categorise"], fwd + bwd, fwd + bwd + sys_), labels["system"]),
+        C_CAT_ONE: lambda a: _judge_one(a["categorise"], every, set(unknown)),
+        C_MM_FLOPS: lambda a: _judge_matmul(part(a["costs"], 0, len(mm)), mm, 0),
+        C_MM_BYTES: lambda a: _judge_matmul(part(a["costs"], 0, len(mm)), mm, 1),
+        C_EW: lambda a: _judge_elementwise(part(a["costs"], len(mm), len(mm) + len(ew)), ew),
+        C_NORM: lambda a: _judge_norm(part(a["costs"], len(mm) + len(ew), None), norm),
+        C_BREAKDOWN: lambda a: _judge_breakdown(a["breakdown"], profiles),
+        C_MFU: lambda a: _judge_mfu(a["mfu"], profiles, ("step ms", "model GFLOP (6NT)", "MFU %")),
+        C_COUNTED: lambda a: _judge_mfu(a["mfu"], profiles, ("counted GFLOP", "counted / peak %")),
+    }, CALL_S)
 
 
 # ---------------------------------------------------------------- 11.4 progressive layer dropping
