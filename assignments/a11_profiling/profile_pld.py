@@ -5,12 +5,9 @@ A training-time speedup that changes the training, not the kernels: each step, l
 with probability p_i(t) and otherwise skipped (the gate G = 0 passes the identity, so a dropped
 layer costs nothing forward or backward).  The schedule drops little early in training and in early
 layers, more later and deeper, because (the paper's observation, for Pre-LN models) early layers and
-early steps change the representation most:
-
-    θ(t) = (1 − θ̄)·exp(−γ·t) + θ̄            keep probability over time: 1 at t = 0, → θ̄
-    p_i(t) = 1 − (i / L)·(1 − θ(t))          over depth, i = 1..L: the last layer at θ(t)
-
-(DeepSpeed's defaults θ̄ = 0.5, γ = 0.001.)  The model must be Pre-LN, x + f(LN(x)) (our GPT is),
+early steps change the representation most.  The two schedules, θ(t) over time and p_i(t) over
+depth, are the paper's §4 (`theta` and `keep_probabilities` state what they satisfy; DeepSpeed's
+defaults θ̄ = 0.5, γ = 0.001).  The model must be Pre-LN, x + f(LN(x)) (our GPT is),
 so that skipping a block leaves a well-scaled residual stream.  A kept block's two residual branches
 are scaled by 1/p_i (inverted dropout's convention: in expectation the branch equals the full one,
 so evaluation runs every layer unscaled).
@@ -29,16 +26,17 @@ __all__ = ["theta", "keep_probabilities", "sample_gates", "pld_forward"]
 
 
 def theta(t: int, *, theta_bar: float = 0.5, gamma: float = 0.001) -> float:
-    """θ(t) = (1 − θ̄)·exp(−γ·t) + θ̄: the deepest layer's keep probability at step t (Zhang & He
-    2020, §4: 1 at t = 0, decaying at rate γ per step towards θ̄)."""
+    """θ(t), the deepest layer's keep probability at step t: the paper's schedule over time (Zhang &
+    He 2020, §4), 1 at t = 0 and decaying exponentially, at rate γ per step, towards its floor θ̄."""
     if not 0.0 < theta_bar <= 1.0 or gamma < 0 or t < 0:
         raise ValueError(f"theta: need 0 < theta_bar <= 1, gamma >= 0, t >= 0; got {theta_bar}, {gamma}, {t}")
     raise NotImplementedError('a11 task 11.4: implement `theta` (see assignments/a11_profiling/README.md)')
 
 
 def keep_probabilities(t: int, num_layers: int, *, theta_bar: float = 0.5, gamma: float = 0.001) -> list[float]:
-    """p_i(t) = 1 − (i/L)·(1 − θ(t)) for i = 1..L (the list's first entry is the layer nearest the
-    input), non-increasing in depth: the deepest layer keeps with θ(t); use `theta`."""
+    """p_1(t), ..., p_L(t), the list's first entry the layer nearest the input: the paper's schedule
+    over depth (§4), falling in equal steps per layer from 1 (at i = 0, the input) to θ(t) at the
+    deepest layer, i = L; use `theta`."""
     raise NotImplementedError('a11 task 11.4: implement `keep_probabilities` (see assignments/a11_profiling/README.md)')
 
 
