@@ -10,6 +10,7 @@ expected value: labels, references and verdicts are in autograder/suites/a11_pro
 
 from __future__ import annotations
 
+import contextlib
 from types import SimpleNamespace
 
 from autograder.checks import student_module
@@ -91,29 +92,62 @@ def schedule(jobs: list) -> list:
     return out
 
 
+def _draw(fn, probs: list, seed: int, draws: int):
+    """`draws` calls of sample_gates on a generator seeded `seed`: a (draws, L) uint8 tensor of the
+    gates, or the first answer that is not a list of L bools."""
+    import torch
+    gen, rows = torch.Generator().manual_seed(seed), []
+    for _ in range(draws):
+        got = fn(list(probs), gen)
+        if not isinstance(got, list) or len(got) != len(probs) or not all(isinstance(g, bool) for g in got):
+            return short(f"{type(got).__name__}: {got!r}", 200)
+        rows.append(got)
+    return torch.tensor(rows, dtype=torch.uint8)
+
+
 def gates(jobs: list) -> list:
-    """`draws` calls of sample_gates on one seeded generator: a (draws, L) uint8 tensor of the gates,
-    or the first answer that is not a list of L bools."""
+    """Per job, {"gates": `draws` draws on a generator seeded with the job's seed, "again": the first
+    `again` of them redrawn on a new generator with the same seed}: gates drawn from the generator
+    given repeat, gates drawn from torch's global generator or Python's `random` do not."""
     import torch
     torch.set_num_threads(1)  # tiny tensors: two threads on a busy machine wait on each other
     fn = student_module("profile_pld").sample_gates
-    out = []
-    for job in jobs:
-        gen, rows = torch.Generator().manual_seed(job["seed"]), []
-        for _ in range(job["draws"]):
-            got = fn(list(job["probs"]), gen)
-            if not isinstance(got, list) or len(got) != len(job["probs"]) or \
-                    not all(isinstance(g, bool) for g in got):
-                rows = short(f"{type(got).__name__}: {got!r}", 200)
-                break
-            rows.append(got)
-        out.append(torch.tensor(rows, dtype=torch.uint8) if isinstance(rows, list) else rows)
-    return out
+    return [{"gates": _draw(fn, job["probs"], job["seed"], job["draws"]),
+             "again": _draw(fn, job["probs"], job["seed"], job["again"])} for job in jobs]
+
+
+@contextlib.contextmanager
+def _reads(blocks):
+    """Yields a list that counts, per block, the aten ops that read one of its parameters (or a view
+    of one): the probe's own dispatch mode, below any the student pushes, so a block run under
+    no_grad, on detached inputs, or computed and then not used is counted all the same."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    owner = {p.untyped_storage().data_ptr(): i for i, block in enumerate(blocks) for p in block.parameters()}
+    counts = [0] * len(blocks)
+
+    class Reads(TorchDispatchMode):
+        @classmethod
+        def _should_skip_dynamo(cls):  # else the first dispatch imports torch._dynamo (~2.5 s)
+            return False
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            read = {owner.get(t.untyped_storage().data_ptr()) for t in tree_leaves((args, kwargs or {}))
+                    if isinstance(t, torch.Tensor)}
+            for i in read - {None}:
+                counts[i] += 1
+            return func(*args, **(kwargs or {}))
+
+    with Reads():
+        yield counts
 
 
 def forward(jobs: list) -> list:
     """pld_forward of each job's GPT on its batch: the logits, then after a backward of their sum of
-    squares, which blocks' parameters got a gradient."""
+    squares, which blocks' parameters got a gradient, and per block how many ops of the forward and
+    backward read its parameters."""
     import torch
     from scaletrain.models import GPT, GPTConfig, make_batch
     torch.set_num_threads(1)  # tiny GPTs: two threads on a busy machine wait on each other
@@ -123,12 +157,14 @@ def forward(jobs: list) -> list:
         cfg = GPTConfig(**job["cfg"])
         model = GPT(cfg, seed=job["seed"])
         idx, targets = make_batch(cfg, job["batch"], seed=job["batch_seed"])
-        logits = fn(model, idx, targets, list(job["gates"]), list(job["probs"]))[0]
-        if not isinstance(logits, torch.Tensor):
-            out.append({"logits": _shown(logits), "grads": []})
-            continue
-        logits.float().pow(2).mean().backward()
-        out.append({"logits": logits.detach().clone(), "grads": [_gradient(block) for block in model.blocks]})
+        with _reads(model.blocks) as reads:
+            logits = fn(model, idx, targets, list(job["gates"]), list(job["probs"]))[0]
+            if not isinstance(logits, torch.Tensor):
+                out.append({"logits": _shown(logits), "grads": [], "reads": reads})
+                continue
+            logits.float().pow(2).mean().backward()
+        out.append({"logits": logits.detach().clone(), "grads": [_gradient(block) for block in model.blocks],
+                    "reads": reads})
     return out
 
 

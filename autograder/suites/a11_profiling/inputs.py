@@ -160,14 +160,15 @@ def schedules() -> list[dict]:
         for _ in range(6)]
 
 
-def gate_jobs(draws: int = 4000) -> list[dict]:
-    """Keep probabilities to sample `draws` times with seeded generators, 0 and 1 among them."""
+def gate_jobs(draws: int = 4000, again: int = 40) -> list[dict]:
+    """Keep probabilities to sample `draws` times with seeded generators, 0 and 1 among them, the
+    first `again` draws repeated on a new generator with the same seed."""
     rng = _rng(1107)
-    jobs = [dict(probs=[1.0, 0.7, 0.3, 0.0], draws=3000, seed=0)]  # the public case
+    jobs = [dict(probs=[1.0, 0.7, 0.3, 0.0], draws=3000, seed=0, again=again)]  # the public case
     for _ in range(2):
         probs = [rng.uniform(0.15, 0.85) for _ in range(rng.randint(3, 6))]
         probs.insert(rng.randint(0, len(probs)), rng.choice([0.0, 1.0]))
-        jobs.append(dict(probs=probs, draws=draws, seed=rng.randint(0, 2**31 - 1)))
+        jobs.append(dict(probs=probs, draws=draws, seed=rng.randint(0, 2**31 - 1), again=again))
     return jobs
 
 

@@ -179,12 +179,20 @@ def _judge_keep(asked, jobs) -> None:
             _close(sum(p), big_l - (big_l + 1) * (1 - th) / 2, f"{where}: expected kept layers Σ p_i", rtol=1e-9)
 
 
+def _gate_rows(got, job):
+    if not hasattr(got, "double"):
+        raise AssertionError(f"sample_gates({job['probs']}) returned {got}: expected a list of bools, one per layer")
+    return got
+
+
 def _judge_gates(asked, jobs) -> None:
     for got, job in answers(asked, jobs, "sample_gates answers"):
-        if not hasattr(got, "float"):
-            raise AssertionError(f"sample_gates({job['probs']}) returned {got}: expected a list of bools, "
-                                 "one per layer")
-        g, n, probs = got.double(), job["draws"], job["probs"]
+        g, again = _gate_rows(got["gates"], job), _gate_rows(got["again"], job)
+        if not again.equal(g[:len(again)]):
+            raise AssertionError(f"sample_gates({[round(q, 3) for q in job['probs']]}): a new generator with the "
+                                 f"same seed gave other gates in its first {len(again)} draws: the draws must "
+                                 f"come from the generator given")
+        g, n, probs = g.double(), job["draws"], job["probs"]
         freq = g.mean(0).tolist()
         for i, (f, p) in enumerate(zip(freq, probs)):
             if abs(f - p) > 5 * math.sqrt(p * (1 - p) / n):
@@ -210,9 +218,14 @@ def _judge_forward(asked, jobs, which, want_fn, what: str) -> None:
 def _judge_free(asked, jobs) -> None:
     for got, job in answers(asked, jobs, "pld_forward answers"):
         grads = sized(got["grads"], len(job["gates"]), "blocks with gradients")
-        for i, (keep, grad) in enumerate(zip(job["gates"], grads)):
+        reads = sized(got["reads"], len(job["gates"]), "ops reading each block's parameters")
+        for i, (keep, grad, n) in enumerate(zip(job["gates"], grads, reads)):
             if keep and grad is not True:
                 raise AssertionError(f"pld_forward(gates={job['gates']}): kept block {i} got no gradient")
+            if not keep and n:
+                raise AssertionError(f"pld_forward(gates={job['gates']}): {n} ops read dropped block {i}'s "
+                                     f"parameters (forward and backward): a dropped block must run nothing, "
+                                     f"not run and then be discarded")
             if not keep and grad is not None:
                 raise AssertionError(f"pld_forward(gates={job['gates']}): dropped block {i} took part in the step "
                                      f"(its parameters got {'zero ' if grad is False else ''}gradients): a dropped "
