@@ -3,23 +3,31 @@ inputs the trusted side sends; raw outputs come back.
 
 The models are the course's GPT with the weights the trusted side sent; decoding is the course's
 `scaletrain.infer.decode.forward_cached`, which in the grading build writes into the student's
-KVCache. What is measured here, below the student's code: the elements a cache's `write` produces
-(aten ops that are not views, counted by a dispatch mode), the bytes of every storage reachable from
-the cache object, the positions that reach the model's first block (a hook), the elements handed to
-a sort, and torch.topk / kthvalue trapped while the re-rank runs. Nothing here knows an expected
-value: references and verdicts are in autograder/suites/a12_inference/.
+KVCache. What is measured here, below the student's code, by dispatch modes: the elements produced
+while the cache's code runs (aten ops that are not views, any of its frames on the stack), the bytes
+of every storage reachable from the cache or made while decoding and still alive, the positions
+whose logits are computed (rows of products with the output embedding, matched by value), the
+elements a re-rank ranks out of sight (handed to a sort, taken out of torch, or arriving from a
+storage no op made), and torch.topk / kthvalue trapped while the re-rank runs. Modes are per thread
+and a child process's work is unseen, so the worker starts neither once the files load (`_alone`).
+Nothing here knows an expected value: references and verdicts are in autograder/suites/a12_inference/.
 """
 
 from __future__ import annotations
 
 import contextlib
 
-from autograder.checks import forbid_aten, student_module
+from autograder.checks import Flagged, forbid_aten, student_module
 from autograder.wire import short
 
 STEMS = ("infer_kv_cache", "infer_beam", "infer_rerank", "infer_quant")
 ANSWERS = ("topk", "kthvalue")  # the answer itself: a re-rank must not call it
-SORTS = ("sort", "argsort", "msort", "topk", "kthvalue", "median", "mode")  # what counts as re-ranking
+SORTS = ("sort", "argsort", "msort", "topk", "kthvalue", "median", "nanmedian", "mode",  # what counts as re-ranking
+         "unique", "_unique", "_unique2", "unique_dim", "unique_consecutive", "unique_dim_consecutive")
+# Tensor methods that hand a tensor's elements to Python, numpy or raw memory, where a sort is not seen
+LEAVES = ("tolist", "numpy", "__array__", "__dlpack__", "untyped_storage", "storage", "_typed_storage", "data_ptr",
+          "item", "__float__", "__int__", "__bool__", "__index__", "__complex__", "__repr__", "__str__", "__format__",
+          "__reduce_ex__", "__getstate__")
 
 
 def _out(t):
@@ -32,10 +40,35 @@ def _out(t):
     return t.reshape(1) if t.dim() == 0 else t  # the wire carries no 0-dim tensor
 
 
+# audit events of a new process: its work (a sort, a forward) would reach none of the probe's counters
+SPAWNS = ("os.fork", "os.forkpty", "os.posix_spawn", "os.posix_spawnp", "os.spawn", "os.exec", "os.system",
+          "subprocess.Popen")
+
+
+def _alone() -> None:
+    """From here on this worker starts no thread and no process (`Flagged`): torch's dispatch modes,
+    which count every measure here, are per thread, and a child's work is out of sight. Set before the
+    student's files are imported, so that none keeps the originals; `_posixsubprocess` has no audit event."""
+    import _posixsubprocess
+    import _thread
+    import sys
+    import threading
+
+    def trap(*_args, **_kwargs):
+        raise Flagged("started a thread or a process: the grader's counters see only this one")
+
+    def audit(event, _args):
+        if event in SPAWNS:
+            trap()
+    _thread.start_new_thread = threading._start_new_thread = _posixsubprocess.fork_exec = trap
+    sys.addaudithook(audit)
+
+
 def load(_jobs=None) -> bool:
-    """Import the student's files and the library decoding that uses them."""
+    """Import the student's files and the library decoding that uses them, alone (`_alone`)."""
     import torch
     torch.set_num_threads(1)  # tiny matmuls: two threads on a busy machine wait on each other ~30x longer
+    _alone()
     for stem in STEMS:
         student_module(stem)
     import scaletrain.infer.decode  # noqa: F401 - in the grading build, on the student's cache
@@ -77,8 +110,8 @@ def _model(job):
     return model
 
 
-def _held_bytes(obj) -> int:
-    """Bytes of every distinct storage reachable from `obj` through attributes, lists, tuples and dicts."""
+def _reachable(obj) -> dict:
+    """data_ptr -> bytes of every distinct storage reachable from `obj` through attributes, lists, tuples and dicts."""
     import torch
     seen, storages, todo = set(), {}, [(obj, 0)]
     while todo:
@@ -95,21 +128,56 @@ def _held_bytes(obj) -> int:
             todo += [(x, depth + 1) for x in item.values()]
         elif hasattr(item, "__dict__") and not isinstance(item, type):
             todo += [(x, depth + 1) for x in vars(item).values()]
-    return sum(storages.values())
+    return storages
 
 
-def _counted_writes(cache) -> list:
-    """Wrap this cache's `write`: each call adds the elements its non-view aten ops produce."""
-    written, write = [0], cache.write
+def _own_code(stem: str):
+    """True while a frame of the submission's files is on the stack (the folder of `stem`): what the
+    student's code runs, from whichever of its methods, properties or hooks, and nothing else."""
+    import os
+    import sys
+    folder = os.path.dirname(os.path.abspath(student_module(stem).__file__)) + os.sep
 
-    def counted(*args, **kwargs):
-        def on_op(func, _args, out):
-            if not func.is_view:
-                written[0] += _elements(out)
-        with _tally(on_op):
-            return write(*args, **kwargs)
-    cache.write = counted
-    return written
+    def inside() -> bool:
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code.co_filename.startswith(folder):
+                return True
+            frame = frame.f_back
+        return False
+    return inside
+
+
+@contextlib.contextmanager
+def _cache_work(counts: dict):
+    """counts["written"]: elements that non-view aten ops produce while the cache's code runs (write,
+    advance, a property: any of its frames on the stack); counts["made"]: weak references to the
+    storages every non-view op's output makes (an in-place op's too: the input's), to find the ones
+    still alive after the decoding."""
+    import weakref
+
+    import torch
+    from torch.utils._pytree import tree_leaves
+    inside = _own_code("infer_kv_cache")
+
+    def on_op(func, _args, out):
+        if func.is_view:
+            return
+        tensors = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        counts["made"] += [weakref.ref(t.untyped_storage()) for t in tensors]
+        if inside():
+            counts["written"] += _elements(tensors)
+    with _tally(on_op):
+        yield
+
+
+def _held_bytes(cache, counts: dict, logits) -> int:
+    """Bytes of every storage reachable from the cache or made under `_cache_work` and still alive
+    (a copy kept in a global or a closure is alive, not reachable), the logits' own excepted."""
+    logits = {t.untyped_storage().data_ptr() for t in logits}
+    live = {s.data_ptr(): s.nbytes() for s in (r() for r in counts["made"]) if s is not None}
+    held = {**_reachable(cache), **{ptr: n for ptr, n in live.items() if ptr not in logits}}
+    return sum(held.values())
 
 
 def decode(jobs: list) -> list:
@@ -122,11 +190,12 @@ def decode(jobs: list) -> list:
     out = []
     for job in jobs:
         model, idx, cuts = _model(job), job["idx"], job["cuts"]
-        cache = KVCache.for_model(model, batch=idx.shape[0], max_len=cuts[-1])
-        written = _counted_writes(cache)
-        logits = [forward_cached(model, idx[:, a:b], cache) for a, b in zip(cuts, cuts[1:])]
-        got = {"logits": _out(torch.cat(logits, dim=1)), "written": written[0], "length": cache.length,
-               "held": _held_bytes(cache), "nbytes": cache.nbytes}
+        counts = {"written": 0, "made": []}
+        with _cache_work(counts):
+            cache = KVCache.for_model(model, batch=idx.shape[0], max_len=cuts[-1])
+            logits = [forward_cached(model, idx[:, a:b], cache) for a, b in zip(cuts, cuts[1:])]
+        got = {"logits": _out(torch.cat(logits, dim=1)), "written": counts["written"], "length": cache.length,
+               "held": _held_bytes(cache, counts, logits), "nbytes": cache.nbytes}
         ridx = job["ridx"]
         cache = KVCache.for_model(model, batch=ridx.shape[0], max_len=ridx.shape[1] + 1)
         forward_cached(model, ridx, cache)
@@ -136,34 +205,97 @@ def decode(jobs: list) -> list:
     return out
 
 
+PRODUCTS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "einsum")
+
+
+def _positions(head) -> "contextlib.AbstractContextManager[list]":
+    """[n]: positions whose logits are computed: rows of every product with the output embedding `head`
+    (V, h), matched by its values (whichever copy of the model runs, by whatever route)."""
+    import torch
+    head, count = head.detach(), [0]
+
+    def is_head(a) -> bool:
+        return isinstance(a, torch.Tensor) and a.dim() == 2 and (
+            (a.shape == head.shape and torch.equal(a, head)) or (a.shape == head.T.shape and torch.equal(a, head.T)))
+
+    def on_op(func, args, out):
+        if func.overloadpacket.__name__ in PRODUCTS and isinstance(out, torch.Tensor) and any(map(is_head, args)):
+            count[0] += out.numel() // head.shape[0]
+
+    @contextlib.contextmanager
+    def counting():
+        with _tally(on_op):
+            yield count
+    return counting()
+
+
 def beam(jobs: list) -> list:
-    """The student's beam_search, with the positions entering the model's first block counted."""
+    """The student's beam_search, with the positions whose logits are computed counted."""
     m = student_module("infer_beam")
     out = []
     for job in jobs:
-        model, positions = _model(job), [0]
-        hook = model.blocks[0].register_forward_pre_hook(
-            lambda _mod, args: positions.__setitem__(0, positions[0] + args[0].shape[0] * args[0].shape[1]))
-        seqs, scores = m.beam_search(model, job["prompt"].clone(), beam_size=job["k"], steps=job["steps"])
-        hook.remove()
+        model = _model(job)
+        with _positions(model.lm_head.weight) as positions:
+            seqs, scores = m.beam_search(model, job["prompt"].clone(), beam_size=job["k"], steps=job["steps"])
         out.append({"seqs": _out(seqs), "scores": _out(scores), "positions": positions[0]})
     return out
 
 
+@contextlib.contextmanager
+def _ranked(x):
+    """[n]: elements a re-rank ranks out of sight: those handed to a sort; those taken out of torch (to
+    Python, numpy, raw memory); those of every tensor that reaches an op, or comes back, from a
+    storage no op the probe saw made (x's excepted): made in another thread, outside the probe's
+    dispatch mode, from numpy or a list. `ranked.returned(*tensors)` counts the answer's own."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._pytree import tree_leaves
+    count, known, own = [0], {id(x.untyped_storage()): x.untyped_storage()}, [False]
+
+    def arrived(tensors, made: bool = False) -> None:
+        own[0] = True  # the probe's own untyped_storage() calls take nothing out of torch
+        for t in tensors:
+            storage = t.untyped_storage()
+            if not made and id(storage) not in known:
+                count[0] += storage.nbytes() // t.element_size()  # all of it: a view may show k of a sorted row
+            known[id(storage)] = storage  # held: no later storage takes its id
+        own[0] = False
+
+    def on_op(func, args, out):
+        tensors = [t for t in tree_leaves(args) if isinstance(t, torch.Tensor)]
+        arrived(tensors)
+        if func.overloadpacket.__name__ in SORTS:
+            count[0] += _elements(args[:1])
+        arrived((t for t in tree_leaves(out) if isinstance(t, torch.Tensor)), made=True)
+
+    class Leaving(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if not own[0] and getattr(func, "__name__", "") in LEAVES:
+                count[0] += sum(t.numel() for t in args[:1] if isinstance(t, torch.Tensor))
+            return func(*args, **(kwargs or {}))
+
+    class Ranked(list):
+        def returned(self, *tensors) -> None:
+            arrived(t for t in tensors if isinstance(t, torch.Tensor))
+            self[0] = count[0]
+
+    ranked = Ranked([0])
+    with Leaving(), _tally(on_op):
+        yield ranked
+    ranked[0] = count[0]
+
+
 def rerank(jobs: list) -> list:
     """retrieve_rerank (rows) or beam_topk (flat over beams) with torch.topk trapped and the elements
-    handed to any sort counted."""
+    ranked out of sight counted (`_ranked`)."""
     m = student_module("infer_rerank")
     out = []
     for job in jobs:
-        x, ranked = job["x"].clone(), [0]
-
-        def on_op(func, args, _out_):
-            if func.overloadpacket.__name__ in SORTS:
-                ranked[0] += _elements(args[:1])
+        x = job["x"].clone()
         fn = m.retrieve_rerank if job["fn"] == "rows" else m.beam_topk
-        with forbid_aten(*ANSWERS), _tally(on_op):
+        with forbid_aten(*ANSWERS), _ranked(x) as ranked:
             values, indices = fn(x, job["k"], groups=job["groups"])
+            ranked.returned(values, indices)
         out.append({"values": _out(values), "indices": _out(indices), "sorted": ranked[0], "x_after": _out(x)})
     return out
 

@@ -25,7 +25,9 @@ from .names import (BEAM, C_BEAM, C_BEAM_COST, C_BEAM_PRUNED, C_BYTES, C_CACHE, 
                     C_REORDER, C_RR, C_RR_BEAMS, C_RR_COUNT, C_STEP, CACHE, QUANT, RERANK, SOURCES)
 from .planted import PLANTED
 
-_NO_TRICKS = ("importlib", "__import__", "exec", "eval")
+# and torch's switches for its modes: the probe's counters are dispatch modes (a tripwire: a name
+# looked up at run time gets past it, and then the counters find the work's outputs from nowhere)
+_NO_TRICKS = ("importlib", "__import__", "exec", "eval", "torch._C", "torch.utils._python_dispatch", "torch.overrides")
 _OWN = _NO_TRICKS + ("scaletrain.infer",)  # beam search alone builds on the package (its cache, its decoding)
 
 MANIFEST = Manifest(

@@ -53,8 +53,8 @@ def _judge_bytes(asked, jobs) -> None:
     for got, job in answers(asked, jobs, "decode answers"):
         want, where = _held(job), f"a full cache ({job['name']}, s={job['idx'].shape[1]}, {job['dtype']})"
         if got["held"] != want:
-            raise AssertionError(f"{where} holds {got['held']} bytes (every storage reachable from it), "
-                                 f"expected 2·L·b·s·h·bytes = {want}")
+            raise AssertionError(f"{where} holds {got['held']} bytes (every storage reachable from it or made while "
+                                 f"decoding and still alive), expected 2·L·b·s·h·bytes = {want}")
         if got["nbytes"] != want:
             raise AssertionError(f"{where}: nbytes reports {got['nbytes']!r}, it holds {want}")
 
@@ -63,9 +63,10 @@ def _judge_step(asked, jobs) -> None:
     for got, job in answers(asked, jobs, "decode answers"):
         held = 2 * job["cfg"]["n_layer"] * job["idx"].numel() * job["cfg"]["n_embd"]  # elements of a full cache
         if got["written"] > WRITE_SLACK * held:
-            raise AssertionError(f"decoding ({job['name']}) in {len(job['cuts']) - 1} steps: your write() produced "
-                                 f"{got['written']} elements for a cache of {held}: more than {WRITE_SLACK}x, so a "
-                                 "step copies the history (O(n²) over a decoding), not only its new positions")
+            raise AssertionError(f"decoding ({job['name']}) in {len(job['cuts']) - 1} steps: your cache's code "
+                                 f"produced {got['written']} elements for a cache of {held}: more than "
+                                 f"{WRITE_SLACK}x, so a step copies the history (O(n²) over a decoding), not only its "
+                                 "new positions")
 
 
 # ---------------------------------------------------------------- 12.2 beam search
