@@ -43,7 +43,8 @@ MANIFEST = Manifest(
         Task("11.4", "Progressive layer dropping: the schedule, the gates, a dropped block", file=PLD,
              functions=("theta", "keep_probabilities", "sample_gates", "pld_forward")),
     ),
-    forbidden={CATEGORIES_F: ("scaletrain.profile",) + _NO_TRICKS, COST: ("scaletrain.profile",) + _NO_TRICKS,
+    forbidden={CATEGORIES_F: ("scaletrain.profile",) + _NO_TRICKS,
+               COST: ("scaletrain.profile", "torch.utils.flop_counter") + _NO_TRICKS,
                TABLES: ("scaletrain.profile.tables",) + _NO_TRICKS, PLD: ("scaletrain.profile",) + _NO_TRICKS},
     groups=(
         Group("analysis", _JUDGE + "group_analysis", timeout_s=60, trusted=True, checks=(

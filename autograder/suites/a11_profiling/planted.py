@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autograder.attacks import function_attacks
+from autograder.attacks import IMPORTER, function_attacks
 from autograder.manifest import REPO, Planted
 
 from .names import (C_BREAKDOWN, C_CAT_BWD, C_CAT_FWD, C_CAT_ONE, C_CAT_SYS, C_COUNTED, C_DROP_FREE, C_EW, C_GATES,
@@ -13,6 +13,14 @@ _CATEGORISE = ('    name = name.rpartition("evaluate_function: ")[2] or name'
                "  # the autograd node inside the engine's wrapper\n")
 _BREAKDOWN = "    out: dict[tuple[str, str], float] = defaultdict(float)\n"
 _MATMUL = "    return Cost(2 * batch * m * n * k, (operands + batch * m * n) * size)\n"
+# torch counting the product for the student: the module's name hidden from the static check
+_FLOP_COUNTER = ("    import torch\n"
+                 f"    flop_counter = {IMPORTER}('torch.utils.flop_' + 'counter', fromlist=['x'])\n"
+                 "    counter = flop_counter.FlopCounterMode(display=False)\n"
+                 "    with counter:\n"
+                 "        product = getattr(torch, name.removeprefix('aten::'))\n"
+                 "        product(*[torch.empty(s, device='meta') for s in shapes if s])\n"
+                 "    return Cost(counter.get_total_flops(), (operands + batch * m * n) * size)\n")
 _KEEP = "    return [1.0 - i / num_layers * (1.0 - th) for i in range(1, num_layers + 1)]\n"
 _GATES = "    draws = torch.rand(len(probs), generator=generator)\n"
 _BRANCHES = ("            x = x + block.attn(block.ln1(x)) / p\n            x = x + block.mlp(block.ln2(x)) / p\n")
@@ -56,6 +64,9 @@ PLANTED = (
     Planted("matmul cost of the public example for every shape (semantic cheat)", COST,
             (_MATMUL, "    return Cost(2 * 37 * 29 * 53, 4 * (37 * 53 + 53 * 29 + 37 * 29))\n"), groups=("analysis",),
             expect={C_MM_FLOPS: "failed", C_MM_BYTES: "failed", C_CAT_FWD: "passed"}),
+    Planted("matmul FLOPs counted by torch's FlopCounterMode on meta tensors, imported at run time", COST,
+            (_MATMUL, _FLOP_COUNTER), groups=("analysis",),
+            expect={C_MM_FLOPS: "flagged", C_MM_BYTES: "flagged", C_CAT_FWD: "passed"}),
     Planted("op_cost loops forever on a matmul", COST, (_MATMUL, "    while True:\n        pass\n"),
             groups=("analysis",), timeout_s=40,
             expect={C_MM_FLOPS: "timeout", C_NORM: "timeout", C_CAT_FWD: "passed", C_BREAKDOWN: "passed"}),
@@ -91,8 +102,7 @@ PLANTED = (
             (_BRANCHES, _BRANCHES + "        else:\n            with torch.no_grad():\n                block(x)\n"),
             groups=("pld",), expect={C_DROP_FREE: "failed", C_IDENTITY: "passed", C_SCALED: "passed"}),
     Planted("every block computed, a dropped one's output not used (the graph skips it, the step does not)", PLD,
-            (_BRANCHES, "            x = x + block.attn(block.ln1(x)) / p\n            x = x + block.mlp(block.ln2(x)) / p\n"
-                        "        else:\n            _ = x + block.mlp(block.ln2(x + block.attn(block.ln1(x))))\n"),
+            (_BRANCHES, _BRANCHES + "        else:\n            _ = block(x)\n"),
             groups=("pld",), expect={C_DROP_FREE: "failed", C_IDENTITY: "passed", C_SCALED: "passed"}),
     Planted("gates drawn from torch's global generator, not the one given (right frequencies)", PLD,
             (_GATES, "    draws = torch.rand(len(probs))\n"),
