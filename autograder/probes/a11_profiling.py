@@ -150,26 +150,31 @@ def _reads(blocks):
 
 def forward(jobs: list) -> list:
     """pld_forward of each job's GPT on its batch: the logits, then after a backward of their sum of
-    squares, which blocks' parameters got a gradient, and per block how many ops of the forward and
-    backward read its parameters."""
+    squares, which blocks' parameters got a gradient, per block how many ops of the forward and
+    backward read its parameters, and whether the model still holds its blocks and their values."""
     import torch
-    from scaletrain.models import GPT, GPTConfig, make_batch
     torch.set_num_threads(1)  # tiny GPTs: two threads on a busy machine wait on each other
     fn = student_module("profile_pld").pld_forward
-    out = []
-    for job in jobs:
-        cfg = GPTConfig(**job["cfg"])
-        model = GPT(cfg, seed=job["seed"])
-        idx, targets = make_batch(cfg, job["batch"], seed=job["batch_seed"])
-        with _reads(model.blocks) as reads:
-            logits = fn(model, idx, targets, list(job["gates"]), list(job["probs"]))[0]
-            if not isinstance(logits, torch.Tensor):
-                out.append({"logits": _shown(logits), "grads": [], "reads": reads})
-                continue
+    return [_pld_run(fn, job) for job in jobs]
+
+
+def _pld_run(fn, job: dict) -> dict:
+    import torch
+    from scaletrain.models import GPT, GPTConfig, make_batch
+    cfg = GPTConfig(**job["cfg"])
+    model = GPT(cfg, seed=job["seed"])
+    idx, targets = make_batch(cfg, job["batch"], seed=job["batch_seed"])
+    blocks, params = list(model.blocks), list(model.parameters())
+    values = [p.detach().clone() for p in params]
+    with _reads(blocks) as reads:
+        logits = fn(model, idx, targets, list(job["gates"]), list(job["probs"]))[0]
+        if isinstance(logits, torch.Tensor):
             logits.float().pow(2).mean().backward()
-        out.append({"logits": logits.detach().clone(), "grads": [_gradient(block) for block in model.blocks],
-                    "reads": reads})
-    return out
+    unchanged = list(model.blocks) == blocks and all(torch.equal(p, v) for p, v in zip(params, values))
+    if not isinstance(logits, torch.Tensor):
+        return {"logits": _shown(logits), "grads": [], "reads": reads, "unchanged": unchanged}
+    return {"logits": logits.detach().clone(), "grads": [_gradient(block) for block in blocks], "reads": reads,
+            "unchanged": unchanged}
 
 
 def _gradient(block) -> bool | None:

@@ -215,6 +215,14 @@ def _judge_forward(asked, jobs, which, want_fn, what: str) -> None:
                    rtol=1e-5)
 
 
+def _judge_identity(asked, jobs, which, want_fn) -> None:
+    for got, job in answers(asked, jobs, "pld_forward answers"):
+        if got["unchanged"] is not True:
+            raise AssertionError(f"pld_forward(gates={job['gates']}) changed the model (which blocks it holds, or "
+                                 f"their parameters): the next step would train another model")
+    _judge_forward(asked, jobs, which, want_fn, "dropped blocks skipped, as the model without them")
+
+
 def _judge_free(asked, jobs) -> None:
     for got, job in answers(asked, jobs, "pld_forward answers"):
         grads = sized(got["grads"], len(job["gates"]), "blocks with gradients")
@@ -246,8 +254,7 @@ def group_pld(ctx):
         C_THETA: lambda a: _judge_theta(a["schedule"], schedules),
         C_KEEP: lambda a: _judge_keep(a["schedule"], schedules),
         C_GATES: lambda a: _judge_gates(a["gates"], draws),
-        C_IDENTITY: lambda a: _judge_forward(a["forward"], gpts, identity, lambda j: short[id(j)],
-                                             "dropped blocks skipped, as the model without them"),
+        C_IDENTITY: lambda a: _judge_identity(a["forward"], gpts, identity, lambda j: short[id(j)]),
         C_SCALED: lambda a: _judge_forward(a["forward"], gpts, scaled, lambda j: full[id(j)],
                                            "each kept block's branches divided by its p"),
         C_DROP_FREE: lambda a: _judge_free(a["forward"], gpts),

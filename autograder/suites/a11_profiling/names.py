@@ -20,7 +20,8 @@ C_THETA = "θ(t): 1 at t = 0, non-increasing, the paper's decay towards θ̄ at 
 C_KEEP = "p_i(t): non-increasing in depth, the deepest at θ(t), linear steps, expected kept layers"
 C_GATES = ("gates: each layer kept with frequency p_i (binomial bound), layers independent, a list of bools, "
            "drawn from the generator given (same seed, same gates)")
-C_IDENTITY = "a dropped block is exactly the identity; every block kept with p = 1 is the model"
+C_IDENTITY = ("a dropped block is exactly the identity; every block kept with p = 1 is the model; the model is "
+              "left as it was")
 C_SCALED = "a kept block's branches scaled by 1/p_i (hidden gates and probabilities)"
 C_DROP_FREE = ("a dropped block runs nothing: no op reads its parameters, forward or backward, and they get no "
                "gradient; a kept block's do")

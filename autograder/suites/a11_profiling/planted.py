@@ -23,6 +23,7 @@ _FLOP_COUNTER = ("    import torch\n"
                  "    return Cost(counter.get_total_flops(), (operands + batch * m * n) * size)\n")
 _KEEP = "    return [1.0 - i / num_layers * (1.0 - th) for i in range(1, num_layers + 1)]\n"
 _GATES = "    draws = torch.rand(len(probs), generator=generator)\n"
+_HEAD = "    logits = model.lm_head(model.ln_f(x))\n"
 _BRANCHES = ("            x = x + block.attn(block.ln1(x)) / p\n            x = x + block.mlp(block.ln2(x)) / p\n")
 # the public test's names, answered from a table: right there, 'other' everywhere else
 _PUBLIC_TABLE = ('    return ({"aten::addmm": "matmul", "aten::mm": "matmul", "aten::_softmax": "normalization",\n'
@@ -104,6 +105,9 @@ PLANTED = (
     Planted("every block computed, a dropped one's output not used (the graph skips it, the step does not)", PLD,
             (_BRANCHES, _BRANCHES + "        else:\n            _ = block(x)\n"),
             groups=("pld",), expect={C_DROP_FREE: "failed", C_IDENTITY: "passed", C_SCALED: "passed"}),
+    Planted("the dropped blocks taken out of the model and not put back (right logits, a changed model)", PLD,
+            (_HEAD, "    model.blocks = torch.nn.ModuleList(b for b, g in zip(model.blocks, gates) if g)\n" + _HEAD),
+            groups=("pld",), expect={C_IDENTITY: "failed", C_SCALED: "passed", C_GATES: "passed"}),
     Planted("gates drawn from torch's global generator, not the one given (right frequencies)", PLD,
             (_GATES, "    draws = torch.rand(len(probs))\n"),
             groups=("pld",), expect={C_GATES: "failed", C_KEEP: "passed"}),
