@@ -16,8 +16,8 @@ back. What decides a verdict is here, and none of it is scaletrain.profile:
 - PLD (Zhang & He 2020): properties of θ(t) and p_i(t) (1 at the start, non-increasing in time and
   depth, the deepest layer at θ(t), Σ p_i), gate frequencies within a binomial bound, pairs of
   layers independent and the same gates from the same seed, the model left unchanged, a dropped
-  block exactly the identity,
-  given no gradient and its parameters read by no op (the probe's dispatch mode counts them).
+  block exactly the identity, given no gradient and its parameters read by no op (the probe's
+  dispatch mode counts them).
 
 No group profiles anything: the inputs are made from the grading seed in milliseconds.
 """
