@@ -77,13 +77,20 @@ def load(_jobs=None) -> bool:
 
 @contextlib.contextmanager
 def _tally(on_op):
-    """`on_op(func, args, out)` for every aten op run inside the block."""
+    """`on_op(func, args, out)` for every aten op run inside the block; `Flagged` if the mode was taken
+    off the stack and put back meanwhile (torch's `_disable_current_modes`: the ops between, unseen)."""
     from torch.utils._python_dispatch import TorchDispatchMode
+    pushes = [0]
 
     class Tally(TorchDispatchMode):
         @classmethod
         def _should_skip_dynamo(cls):  # else the first dispatch imports torch._dynamo (~2.5 s)
             return False
+
+        @property
+        def _dispatch_key(self):  # read by torch's _push_mode: when the block enters, and when put back
+            pushes[0] += 1
+            raise AttributeError("_dispatch_key")  # none: pushed as before
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
@@ -92,6 +99,8 @@ def _tally(on_op):
 
     with Tally():
         yield
+    if pushes[0] != 1:
+        raise Flagged("turned the grader's dispatch mode off and on: the work between is unseen")
 
 
 def _elements(tree) -> int:
@@ -268,8 +277,10 @@ def _ranked(x):
             count[0] += _elements(args[:1])
         arrived((t for t in tree_leaves(out) if isinstance(t, torch.Tensor)), made=True)
 
-    class Leaving(TorchFunctionMode):
+    class Leaving(TorchFunctionMode):  # also the answer trapped a level up: turning dispatch modes off is not enough
         def __torch_function__(self, func, types, args=(), kwargs=None):
+            if getattr(func, "__name__", "") in ANSWERS:
+                raise Flagged(f"called `{func.__name__}`, the answer itself")
             if not own[0] and getattr(func, "__name__", "") in LEAVES:
                 count[0] += sum(t.numel() for t in args[:1] if isinstance(t, torch.Tensor))
             return func(*args, **(kwargs or {}))

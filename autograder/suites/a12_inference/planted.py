@@ -17,6 +17,8 @@ _MASK = "    mask = candidates(x, k, groups)\n    rows, V = x.shape\n"
 _ORDER = "    order = values.sort(dim=-1, descending=True, stable=True).indices[..., :k]\n"
 _ZERO = "        zero = qmin - torch.round(alpha / scale)\n"
 _NBYTES = "        return sum(t.numel() * t.element_size() for t in (*self.k, *self.v))\n"
+_ADVANCE = "        self.length += n\n"
+_ALL_ROW = (_MASK, "    mask = torch.ones_like(x, dtype=torch.bool)\n    rows, V = x.shape\n")  # no retrieval
 _RERANK = ("rerank",)
 _QUANT = ("quant",)
 _DECODE = ("decode",)
@@ -53,6 +55,16 @@ PLANTED = (
                       "        self.v[layer] = torch.cat([self.v[layer], v], dim=2)\n"
                       "        return self.k[layer], self.v[layer]\n")),
             groups=_DECODE, expect={C_STEP: "failed", C_CACHE: "passed", C_BYTES: "passed", C_BEAM: "passed"}),
+    # the same O(n²) copies outside write(): the probe counts whatever the cache's code runs
+    Planted("a cache that copies its whole buffers in advance() at every step", CACHE,
+            (_ADVANCE, _ADVANCE + "        self.k = [t.clone() for t in self.k]\n"
+                                  "        self.v = [t.clone() for t in self.v]\n"),
+            groups=_DECODE, expect={C_STEP: "failed", C_CACHE: "passed", C_BYTES: "passed"}),
+    # the formula's bytes in sight, more kept where the walk from the cache does not reach
+    Planted("a cache that keeps a copy of every write in a module global", CACHE,
+            (('__all__ = ["KVCache", "cache_bytes"]\n', '__all__ = ["KVCache", "cache_bytes"]\n_KEPT = []\n'),
+             (_WRITE, "        _KEPT.append((k.clone(), v.clone()))\n" + _WRITE)),
+            groups=_DECODE, expect={C_BYTES: "failed", C_CACHE: "passed", C_STEP: "passed"}),
     # 12.2
     Planted("beam search that forgets to reorder the cache", BEAM, ("            cache.reorder(parents)\n", ""),
             groups=_DECODE, expect={C_BEAM: "failed", C_BEAM_PRUNED: "failed", C_CACHE: "passed"}),
@@ -60,14 +72,34 @@ PLANTED = (
     Planted("beam search that reruns every beam's whole sequence each step", BEAM,
             (_NEXT, "            logits = model(torch.cat([prompt.expand(k, -1), seqs], dim=1))[0][:, -1]\n"),
             groups=_DECODE, expect={C_BEAM: "passed", C_BEAM_PRUNED: "passed", C_BEAM_COST: "failed"}),
+    # the same on a model of its own, whose blocks no hook of the grader's watches
+    Planted("beam search that reruns every sequence on a fresh copy of the model", BEAM,
+            (_NEXT, "            twin = type(model)(model.cfg).to(model.wte.weight.dtype).eval()\n"
+                    "            twin.load_state_dict(model.state_dict())\n"
+                    "            logits = twin(torch.cat([prompt.expand(k, -1), seqs], dim=1))[0][:, -1]\n"),
+            groups=_DECODE, expect={C_BEAM: "passed", C_BEAM_PRUNED: "passed", C_BEAM_COST: "failed"}),
     # 12.3; a boundary the public tests exercise: LightSeq's example keeps the 4 at R
     Planted("candidates strictly above the threshold (the k-th group maximum dropped)", RERANK,
             ("return x >= rough_threshold(", "return x > rough_threshold("), groups=_RERANK,
             expect=_all("failed", _ALL_RR)),
     # right values, no retrieval: every row sorted whole
-    Planted("retrieve and re-rank that sorts every whole row", RERANK,
-            (_MASK, "    mask = torch.ones_like(x, dtype=torch.bool)\n    rows, V = x.shape\n"), groups=_RERANK,
+    Planted("retrieve and re-rank that sorts every whole row", RERANK, _ALL_ROW, groups=_RERANK,
             expect={C_RR: "passed", C_RR_BEAMS: "passed", C_RR_COUNT: "failed"}),
+    # whole rows ranked where a dispatch mode sees no sort: in numpy, with the modes turned off, in a thread
+    Planted("re-rank by numpy's argsort of every whole row", RERANK,
+            (_ALL_ROW, (_ORDER, "    import numpy\n    order = torch.from_numpy(numpy.argsort(-values.numpy(), "
+                                "axis=-1, kind='stable')[..., :k].copy())\n")), groups=_RERANK,
+            expect={C_RR: "passed", C_RR_BEAMS: "passed", C_RR_COUNT: "failed"}),
+    Planted("re-rank by topk with torch's dispatch and function modes turned off (names built at run time)", RERANK,
+            (_ORDER, "    with getattr(torch.utils, '_python' + '_dispatch')._disable_current_modes(), "
+                     "getattr(torch, '_' + 'C').DisableTorchFunction():\n"
+                     "        order = values.topk(k, dim=-1).indices\n"), groups=_RERANK,
+            expect=_all("flagged", _ALL_RR)),
+    Planted("re-rank that sorts every whole row in a thread", RERANK,
+            (_ALL_ROW, (_ORDER, "    import threading\n    box = []\n    worker = threading.Thread(target=lambda: "
+                                "box.append(values.sort(dim=-1, descending=True, stable=True).indices[..., :k]))\n"
+                                "    worker.start()\n    worker.join()\n    order = box[0]\n")), groups=_RERANK,
+            expect=_all("flagged", _ALL_RR)),
     Planted("re-rank by torch.topk (forbidden)", RERANK,
             (_ORDER, "    order = torch.topk(values, k, dim=-1).indices\n"), groups=_RERANK,
             expect=_all("flagged", _ALL_RR)),
