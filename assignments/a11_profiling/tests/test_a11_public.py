@@ -120,6 +120,9 @@ def test_task11_4_gates_follow_their_probabilities():
     kept = torch.tensor([pld.sample_gates(probs, gen) for _ in range(n)], dtype=torch.float64).mean(0)
     for f, p in zip(kept.tolist(), probs):
         assert abs(f - p) <= 5 * math.sqrt(p * (1 - p) / n), f"kept in {f:.3f} of draws, p = {p}"
+    first, again = (torch.Generator().manual_seed(7) for _ in range(2))
+    assert [pld.sample_gates(probs, first) for _ in range(20)] == [pld.sample_gates(probs, again) for _ in range(20)], \
+        "two generators with the same seed gave other gates: draw from the generator given"
 
 
 @pytest.mark.task11_4
