@@ -6,7 +6,7 @@ The models are the course's GPT with the weights the trusted side sent; decoding
 KVCache. What is measured here, below the student's code, by dispatch modes: the elements produced
 while the cache's code runs (aten ops that are not views, any of its frames on the stack), the bytes
 of every storage reachable from the cache or made while decoding and still alive, the positions
-whose logits are computed (rows of products with the output embedding, matched by value), the
+run through the first block (rows of ops that read its qkv weight, matched by value), the
 elements a re-rank ranks out of sight (handed to a sort, taken out of torch, or arriving from a
 storage no op made), and torch.topk / kthvalue trapped while the re-rank runs. Modes are per thread
 and a child process's work is unseen, so the worker starts neither once the files load (`_alone`).
@@ -46,9 +46,11 @@ SPAWNS = ("os.fork", "os.forkpty", "os.posix_spawn", "os.posix_spawnp", "os.spaw
 
 
 def _alone() -> None:
-    """From here on this worker starts no thread and no process (`Flagged`): torch's dispatch modes,
-    which count every measure here, are per thread, and a child's work is out of sight. Set before the
-    student's files are imported, so that none keeps the originals; `_posixsubprocess` has no audit event."""
+    """From here on this worker starts no thread and no process and imports no Triton (`Flagged`):
+    torch's dispatch modes, which count every measure here, are per thread, a child's work is out of
+    sight, and the course's finished re-rank is a Triton kernel (kernels/retrieve_rerank_triton.py,
+    whose work no aten op shows), loaded by whatever route. Set before the student's files are
+    imported, so that none keeps the originals; `_posixsubprocess` has no audit event."""
     import _posixsubprocess
     import _thread
     import sys
@@ -57,9 +59,11 @@ def _alone() -> None:
     def trap(*_args, **_kwargs):
         raise Flagged("started a thread or a process: the grader's counters see only this one")
 
-    def audit(event, _args):
+    def audit(event, args):
         if event in SPAWNS:
             trap()
+        if event == "import" and str(args[0]).split(".")[0] == "triton":
+            raise Flagged("imported triton: the course's kernels are not for a12's files to run")
     _thread.start_new_thread = threading._start_new_thread = _posixsubprocess.fork_exec = trap
     sys.addaudithook(audit)
 
@@ -214,22 +218,30 @@ def decode(jobs: list) -> list:
     return out
 
 
-PRODUCTS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "einsum")
-
-
-def _positions(head) -> "contextlib.AbstractContextManager[list]":
-    """[n]: positions whose logits are computed: rows of every product with the output embedding `head`
-    (V, h), matched by its values (whichever copy of the model runs, by whatever route)."""
+def _positions(weight) -> "contextlib.AbstractContextManager[list]":
+    """[n]: positions run through the first block: rows of what every op reading its qkv weight
+    (out, in) makes, or reading a tensor equal to it or a view of one: a copy of the model, the weight
+    in parts, a product spelled as einsum or a broadcast multiply count the same."""
     import torch
-    head, count = head.detach(), [0]
+    from torch.utils._pytree import tree_leaves
+    weight, count, tagged = weight.detach(), [0], {}
 
-    def is_head(a) -> bool:
-        return isinstance(a, torch.Tensor) and a.dim() == 2 and (
-            (a.shape == head.shape and torch.equal(a, head)) or (a.shape == head.T.shape and torch.equal(a, head.T)))
+    def tag(t) -> None:
+        if t.numel() == weight.numel() and t.dim() >= 2 and t.shape[:-2].numel() == 1 and any(
+                t.shape[-2:] == w.shape and torch.equal(t.reshape(w.shape), w) for w in (weight, weight.T)):
+            tagged[id(t.untyped_storage())] = t.untyped_storage()  # held: no later storage takes its id
 
     def on_op(func, args, out):
-        if func.overloadpacket.__name__ in PRODUCTS and isinstance(out, torch.Tensor) and any(map(is_head, args)):
-            count[0] += out.numel() // head.shape[0]
+        if func.is_view:
+            return
+        reads = [t for t in tree_leaves(args) if isinstance(t, torch.Tensor)]
+        for t in reads:
+            tag(t)
+        if any(id(t.untyped_storage()) in tagged for t in reads):
+            count[0] += _elements(out) // weight.shape[0]
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                tag(t)
 
     @contextlib.contextmanager
     def counting():
@@ -239,12 +251,12 @@ def _positions(head) -> "contextlib.AbstractContextManager[list]":
 
 
 def beam(jobs: list) -> list:
-    """The student's beam_search, with the positions whose logits are computed counted."""
+    """The student's beam_search, with the positions run through the model counted (`_positions`)."""
     m = student_module("infer_beam")
     out = []
     for job in jobs:
         model = _model(job)
-        with _positions(model.lm_head.weight) as positions:
+        with _positions(model.blocks[0].attn.qkv.weight) as positions:
             seqs, scores = m.beam_search(model, job["prompt"].clone(), beam_size=job["k"], steps=job["steps"])
         out.append({"seqs": _out(seqs), "scores": _out(scores), "positions": positions[0]})
     return out

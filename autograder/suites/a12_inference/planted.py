@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-from autograder.attacks import function_attacks
+from autograder.attacks import IMPORTER, function_attacks
 from autograder.manifest import REPO, Planted
 
 from .names import (BEAM, C_BEAM, C_BEAM_COST, C_BEAM_PRUNED, C_BYTES, C_CACHE, C_Q_ERROR, C_Q_GROUPS, C_Q_MODEL,
@@ -55,16 +55,14 @@ PLANTED = (
                       "        self.v[layer] = torch.cat([self.v[layer], v], dim=2)\n"
                       "        return self.k[layer], self.v[layer]\n")),
             groups=_DECODE, expect={C_STEP: "failed", C_CACHE: "passed", C_BYTES: "passed", C_BEAM: "passed"}),
-    # the same O(n²) copies outside write(): the probe counts whatever the cache's code runs
-    Planted("a cache that copies its whole buffers in advance() at every step", CACHE,
-            (_ADVANCE, _ADVANCE + "        self.k = [t.clone() for t in self.k]\n"
-                                  "        self.v = [t.clone() for t in self.v]\n"),
-            groups=_DECODE, expect={C_STEP: "failed", C_CACHE: "passed", C_BYTES: "passed"}),
-    # the formula's bytes in sight, more kept where the walk from the cache does not reach
-    Planted("a cache that keeps a copy of every write in a module global", CACHE,
-            (('__all__ = ["KVCache", "cache_bytes"]\n', '__all__ = ["KVCache", "cache_bytes"]\n_KEPT = []\n'),
+    # the same O(n²) copies outside write() (the probe counts whatever the cache's code runs), and the
+    # formula's bytes in sight with more kept where no walk from the cache reaches (alive all the same)
+    Planted("a cache that copies its buffers in advance() and keeps every write in a module global", CACHE,
+            ((_ADVANCE, _ADVANCE + "        self.k = [t.clone() for t in self.k]\n"
+                                   "        self.v = [t.clone() for t in self.v]\n"),
+             ('__all__ = ["KVCache", "cache_bytes"]\n', '__all__ = ["KVCache", "cache_bytes"]\n_KEPT = []\n'),
              (_WRITE, "        _KEPT.append((k.clone(), v.clone()))\n" + _WRITE)),
-            groups=_DECODE, expect={C_BYTES: "failed", C_CACHE: "passed", C_STEP: "passed"}),
+            groups=_DECODE, expect={C_STEP: "failed", C_BYTES: "failed", C_CACHE: "passed", C_BEAM: "passed"}),
     # 12.2
     Planted("beam search that forgets to reorder the cache", BEAM, ("            cache.reorder(parents)\n", ""),
             groups=_DECODE, expect={C_BEAM: "failed", C_BEAM_PRUNED: "failed", C_CACHE: "passed"}),
@@ -72,11 +70,16 @@ PLANTED = (
     Planted("beam search that reruns every beam's whole sequence each step", BEAM,
             (_NEXT, "            logits = model(torch.cat([prompt.expand(k, -1), seqs], dim=1))[0][:, -1]\n"),
             groups=_DECODE, expect={C_BEAM: "passed", C_BEAM_PRUNED: "passed", C_BEAM_COST: "failed"}),
-    # the same on a model of its own, whose blocks no hook of the grader's watches
-    Planted("beam search that reruns every sequence on a fresh copy of the model", BEAM,
+    # the same on a fresh copy of the model, its blocks' forward called past any hook, the logits of the
+    # last positions only, through a broadcast multiply
+    Planted("beam search that reruns every sequence on a fresh copy of the model, by hand", BEAM,
             (_NEXT, "            twin = type(model)(model.cfg).to(model.wte.weight.dtype).eval()\n"
                     "            twin.load_state_dict(model.state_dict())\n"
-                    "            logits = twin(torch.cat([prompt.expand(k, -1), seqs], dim=1))[0][:, -1]\n"),
+                    "            full = torch.cat([prompt.expand(k, -1), seqs], dim=1)\n"
+                    "            x = twin.wte(full) + twin.wpe(torch.arange(full.shape[1]))\n"
+                    "            for block in twin.blocks:\n"
+                    "                x = block.forward(x)\n"
+                    "            logits = (twin.ln_f(x)[:, -1, None, :] * twin.wte.weight).sum(-1)\n"),
             groups=_DECODE, expect={C_BEAM: "passed", C_BEAM_PRUNED: "passed", C_BEAM_COST: "failed"}),
     # 12.3; a boundary the public tests exercise: LightSeq's example keeps the 4 at R
     Planted("candidates strictly above the threshold (the k-th group maximum dropped)", RERANK,
@@ -108,6 +111,11 @@ PLANTED = (
                     "    return load_kernel_module(KERNELS_DIR / 'retrieve_rerank_triton.py')"
                     ".retrieve_rerank(x, k, groups or k)[:2]\n" + _MASK), groups=_RERANK,
             expect=_all("flagged", _ALL_RR)),
+    Planted("re-rank by the course's Triton kernel, imported by a name built at run time", RERANK,
+            (_MASK, "    import os\n    os.environ['TRITON_INTERPRET'] = '1'\n"
+                    f"    ref = {IMPORTER}('scaletrain.infer.rerank' + '_triton', fromlist=['x'])\n"
+                    "    return ref.retrieve_rerank_triton(x, k, groups=groups or k)[:2]\n" + _MASK), groups=_RERANK,
+            expect={C_RR: "flagged", C_RR_COUNT: "flagged"}),
     Planted("re-rank by topk looked up by a name built at run time", RERANK,
             (_ORDER, "    order = getattr(torch, 'to' + 'pk')(values, k, dim=-1).indices\n"), groups=_RERANK,
             expect=_all("flagged", _ALL_RR)),
