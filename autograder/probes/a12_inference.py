@@ -161,36 +161,60 @@ def _own_code(stem: str):
     return inside
 
 
-@contextlib.contextmanager
-def _cache_work(counts: dict):
-    """counts["written"]: elements that non-view aten ops produce while the cache's code runs (write,
-    advance, a property: any of its frames on the stack); counts["made"]: weak references to the
-    storages every non-view op's output makes (an in-place op's too: the input's), to find the ones
-    still alive after the decoding."""
-    import weakref
+class _Sight:
+    """What student code works on out of the probe's sight, and the storages it leaves alive.
 
-    import torch
-    from torch.utils._pytree import tree_leaves
-    inside = _own_code("infer_kv_cache")
+    `unseen`: the elements taken out of torch (to Python, numpy, raw memory: LEAVES) and those of every
+    storage that reaches an op, or comes back (`arrived`), from nowhere the probe saw: none of `known`,
+    made by no op it saw (in numpy, from a list, in another thread, with the modes off); the whole
+    storage, since a view may show k elements of a sorted row. Storages are held weakly, by identity,
+    so that `alive` finds what the code kept, wherever it keeps it."""
 
-    def on_op(func, _args, out):
-        if func.is_view:
-            return
-        tensors = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
-        counts["made"] += [weakref.ref(t.untyped_storage()) for t in tensors]
-        if inside():
-            counts["written"] += _elements(tensors)
-    with _tally(on_op):
-        yield
+    def __init__(self, known, forbidden=()):
+        import weakref
+        self.unseen, self.forbidden, self._mine = 0, forbidden, False
+        self._known = weakref.WeakValueDictionary()
+        self.arrived(known, made=True)
 
+    def arrived(self, tensors, made: bool = False) -> None:
+        self._mine = True  # the probe's own untyped_storage() calls take nothing out of torch
+        for t in tensors:
+            storage = t.untyped_storage()
+            if not made and id(storage) not in self._known:
+                self.unseen += storage.nbytes() // t.element_size()
+            self._known[id(storage)] = storage
+        self._mine = False
 
-def _held_bytes(cache, counts: dict, logits) -> int:
-    """Bytes of every storage reachable from the cache or made under `_cache_work` and still alive
-    (a copy kept in a global or a closure is alive, not reachable), the logits' own excepted."""
-    logits = {t.untyped_storage().data_ptr() for t in logits}
-    live = {s.data_ptr(): s.nbytes() for s in (r() for r in counts["made"]) if s is not None}
-    held = {**_reachable(cache), **{ptr: n for ptr, n in live.items() if ptr not in logits}}
-    return sum(held.values())
+    def alive(self, skip) -> dict:
+        """data_ptr -> bytes of the storages met that are still alive, but those of `skip`."""
+        skipped = {t.untyped_storage().data_ptr() for t in skip}
+        return {s.data_ptr(): s.nbytes() for s in list(self._known.values()) if s.data_ptr() not in skipped}
+
+    @contextlib.contextmanager
+    def watching(self, on_op):
+        """`on_op(func, args, out)` for every aten op inside the block (`_tally`); `forbidden` trapped a
+        level above, where turning torch's dispatch modes off does not reach."""
+        import torch
+        from torch.overrides import TorchFunctionMode
+        from torch.utils._pytree import tree_leaves
+        sight = self
+
+        def each(func, args, out):
+            sight.arrived(t for t in tree_leaves(args) if isinstance(t, torch.Tensor))
+            on_op(func, args, out)
+            sight.arrived((t for t in tree_leaves(out) if isinstance(t, torch.Tensor)), made=True)
+
+        class Leaving(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                name = getattr(func, "__name__", "")
+                if name in sight.forbidden:
+                    raise Flagged(f"called `{name}`, the answer itself")
+                if not sight._mine and name in LEAVES:
+                    sight.unseen += sum(t.numel() for t in args[:1] if isinstance(t, torch.Tensor))
+                return func(*args, **(kwargs or {}))
+
+        with Leaving(), _tally(each):
+            yield self
 
 
 def decode(jobs: list) -> list:
@@ -203,12 +227,17 @@ def decode(jobs: list) -> list:
     out = []
     for job in jobs:
         model, idx, cuts = _model(job), job["idx"], job["cuts"]
-        counts = {"written": 0, "made": []}
-        with _cache_work(counts):
+        given, inside, written = [*model.parameters(), *model.buffers(), idx], _own_code("infer_kv_cache"), [0]
+
+        def on_op(func, _args, out):  # what the cache's code makes, from wherever it runs
+            if not func.is_view and inside():
+                written[0] += _elements(out)
+        with _Sight(given).watching(on_op) as sight:
             cache = KVCache.for_model(model, batch=idx.shape[0], max_len=cuts[-1])
             logits = [forward_cached(model, idx[:, a:b], cache) for a, b in zip(cuts, cuts[1:])]
-        got = {"logits": _out(torch.cat(logits, dim=1)), "written": counts["written"], "length": cache.length,
-               "held": _held_bytes(cache, counts, logits), "nbytes": cache.nbytes}
+        held = {**_reachable(cache), **sight.alive(given + logits)}  # a copy in a global is alive, not reachable
+        got = {"logits": _out(torch.cat(logits, dim=1)), "written": written[0] + sight.unseen, "length": cache.length,
+               "held": sum(held.values()), "nbytes": cache.nbytes}
         ridx = job["ridx"]
         cache = KVCache.for_model(model, batch=ridx.shape[0], max_len=ridx.shape[1] + 1)
         forward_cached(model, ridx, cache)
@@ -262,64 +291,24 @@ def beam(jobs: list) -> list:
     return out
 
 
-@contextlib.contextmanager
-def _ranked(x):
-    """[n]: elements a re-rank ranks out of sight: those handed to a sort; those taken out of torch (to
-    Python, numpy, raw memory); those of every tensor that reaches an op, or comes back, from a
-    storage no op the probe saw made (x's excepted): made in another thread, outside the probe's
-    dispatch mode, from numpy or a list. `ranked.returned(*tensors)` counts the answer's own."""
-    import torch
-    from torch.overrides import TorchFunctionMode
-    from torch.utils._pytree import tree_leaves
-    count, known, own = [0], {id(x.untyped_storage()): x.untyped_storage()}, [False]
-
-    def arrived(tensors, made: bool = False) -> None:
-        own[0] = True  # the probe's own untyped_storage() calls take nothing out of torch
-        for t in tensors:
-            storage = t.untyped_storage()
-            if not made and id(storage) not in known:
-                count[0] += storage.nbytes() // t.element_size()  # all of it: a view may show k of a sorted row
-            known[id(storage)] = storage  # held: no later storage takes its id
-        own[0] = False
-
-    def on_op(func, args, out):
-        tensors = [t for t in tree_leaves(args) if isinstance(t, torch.Tensor)]
-        arrived(tensors)
-        if func.overloadpacket.__name__ in SORTS:
-            count[0] += _elements(args[:1])
-        arrived((t for t in tree_leaves(out) if isinstance(t, torch.Tensor)), made=True)
-
-    class Leaving(TorchFunctionMode):  # also the answer trapped a level up: turning dispatch modes off is not enough
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            if getattr(func, "__name__", "") in ANSWERS:
-                raise Flagged(f"called `{func.__name__}`, the answer itself")
-            if not own[0] and getattr(func, "__name__", "") in LEAVES:
-                count[0] += sum(t.numel() for t in args[:1] if isinstance(t, torch.Tensor))
-            return func(*args, **(kwargs or {}))
-
-    class Ranked(list):
-        def returned(self, *tensors) -> None:
-            arrived(t for t in tensors if isinstance(t, torch.Tensor))
-            self[0] = count[0]
-
-    ranked = Ranked([0])
-    with Leaving(), _tally(on_op):
-        yield ranked
-    ranked[0] = count[0]
-
-
 def rerank(jobs: list) -> list:
     """retrieve_rerank (rows) or beam_topk (flat over beams) with torch.topk trapped and the elements
-    ranked out of sight counted (`_ranked`)."""
+    ranked counted: handed to a sort, or out of the probe's sight (`_Sight`)."""
+    import torch
     m = student_module("infer_rerank")
     out = []
     for job in jobs:
-        x = job["x"].clone()
+        x, sorted_ = job["x"].clone(), [0]
+
+        def on_op(func, args, _out):
+            if func.overloadpacket.__name__ in SORTS:
+                sorted_[0] += _elements(args[:1])
         fn = m.retrieve_rerank if job["fn"] == "rows" else m.beam_topk
-        with forbid_aten(*ANSWERS), _ranked(x) as ranked:
+        with forbid_aten(*ANSWERS), _Sight([x], forbidden=ANSWERS).watching(on_op) as sight:
             values, indices = fn(x, job["k"], groups=job["groups"])
-            ranked.returned(values, indices)
-        out.append({"values": _out(values), "indices": _out(indices), "sorted": ranked[0], "x_after": _out(x)})
+        sight.arrived(t for t in (values, indices) if isinstance(t, torch.Tensor))
+        out.append({"values": _out(values), "indices": _out(indices), "sorted": sorted_[0] + sight.unseen,
+                    "x_after": _out(x)})
     return out
 
 
