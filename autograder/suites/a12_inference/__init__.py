@@ -11,11 +11,13 @@ decides a verdict is here (judge.py, judge_quant.py, against reference.py):
   torch.topk's values with indices that point at them (ties: any tied index), an error bound per
   group read off the weights, with r̂ = (q - Z)·S recomputed from the returned codes;
 - the technique by evidence measured below the student's code and granted only with the values
-  (`Check.needs`): the bytes of every storage the cache holds, the elements its writes produce, the
-  positions that reach the model, the elements handed to a sort.
+  (`Check.needs`): the bytes of every storage the cache holds or leaves alive, the elements its code
+  produces, the positions run through the model's first block (by value: any copy, any route), the
+  elements handed to a sort or worked on out of the probe's sight (numpy, Python, another thread).
 
-torch.topk and kthvalue are forbidden in the re-rank file, by name and at run time (aten trapped), and so
-is the course's Triton re-rank (scaletrain.ops' kernel loader, triton): its candidates would be counted as none.
+torch.topk and kthvalue are forbidden in the re-rank file, by name and at run time (aten and function level
+trapped), and so is the course's Triton re-rank (scaletrain.ops' kernel loader, triton; the worker imports
+no Triton at all): its candidates would be counted as none.
 Beam search runs on the student's own cache: a reorder that is wrong costs task 12.2's values too.
 """
 
