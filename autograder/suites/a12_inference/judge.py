@@ -162,8 +162,9 @@ def _judge_count(asked, jobs) -> None:
         where = f"{'retrieve_rerank' if job['fn'] == 'rows' else 'beam_topk'}({job['name']})"
         _judge_topk(got, job, where)
         if got["sorted"] * 4 >= job["x"].numel():
-            raise AssertionError(f"{where}: {got['sorted']} elements went into a sort, of {job['x'].numel()} "
-                                 "scores: re-rank the candidates above the rough threshold only")
+            raise AssertionError(f"{where}: {got['sorted']} elements went into a sort or out of the grader's sight "
+                                 f"(numpy, Python lists, another thread), of {job['x'].numel()} scores: re-rank the "
+                                 "candidates above the rough threshold only, in torch")
 
 
 def group_rerank(ctx):
