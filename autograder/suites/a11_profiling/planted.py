@@ -25,6 +25,10 @@ _KEEP = "    return [1.0 - i / num_layers * (1.0 - th) for i in range(1, num_lay
 _GATES = "    draws = torch.rand(len(probs), generator=generator)\n"
 _HEAD = "    logits = model.lm_head(model.ln_f(x))\n"
 _BRANCHES = ("            x = x + block.attn(block.ln1(x)) / p\n            x = x + block.mlp(block.ln2(x)) / p\n")
+# two designs that skip a dropped block's gradient, not its work, each beside gates that ignore the
+# generator given: a plant per pair, not per attack (each check is judged on its own; selftest's time is shared)
+_SKIPS_GRADIENT_NOT_WORK = {C_DROP_FREE: "failed", C_GATES: "failed", C_IDENTITY: "passed", C_SCALED: "passed",
+                            C_KEEP: "passed"}
 # the public test's names, answered from a table: right there, 'other' everywhere else
 _PUBLIC_TABLE = ('    return ({"aten::addmm": "matmul", "aten::mm": "matmul", "aten::_softmax": "normalization",\n'
                  '            "aten::_scaled_dot_product_flash_attention_for_cpu": "attention",\n'
@@ -99,21 +103,17 @@ PLANTED = (
              "        x = x + g * block.attn(block.ln1(x)) / p\n"
              "        x = x + g * block.mlp(block.ln2(x)) / p\n"),
             groups=("pld",), expect={C_DROP_FREE: "failed", C_IDENTITY: "passed", C_SCALED: "passed"}),
-    Planted("a dropped block run under no_grad and its output thrown away (no gradient, not free)", PLD,
-            (_BRANCHES, _BRANCHES + "        else:\n            with torch.no_grad():\n                block(x)\n"),
-            groups=("pld",), expect={C_DROP_FREE: "failed", C_IDENTITY: "passed", C_SCALED: "passed"}),
-    Planted("every block computed, a dropped one's output not used (the graph skips it, the step does not)", PLD,
-            (_BRANCHES, _BRANCHES + "        else:\n            _ = block(x)\n"),
-            groups=("pld",), expect={C_DROP_FREE: "failed", C_IDENTITY: "passed", C_SCALED: "passed"}),
+    Planted("a dropped block run under no_grad and thrown away; gates from Python's random (frequencies right)", PLD,
+            ((_BRANCHES, _BRANCHES + "        else:\n            with torch.no_grad():\n                block(x)\n"),
+             (_GATES, "    import random\n    draws = torch.tensor([random.random() for _ in probs])\n")),
+            groups=("pld",), expect=_SKIPS_GRADIENT_NOT_WORK),
+    Planted("every block run, a dropped one's output not used; gates from torch's global generator", PLD,
+            ((_BRANCHES, _BRANCHES + "        else:\n            _ = block(x)\n"),
+             (_GATES, "    draws = torch.rand(len(probs))\n")),
+            groups=("pld",), expect=_SKIPS_GRADIENT_NOT_WORK),
     Planted("the dropped blocks taken out of the model and not put back (right logits, a changed model)", PLD,
             (_HEAD, "    model.blocks = torch.nn.ModuleList(b for b, g in zip(model.blocks, gates) if g)\n" + _HEAD),
             groups=("pld",), expect={C_IDENTITY: "failed", C_SCALED: "passed", C_GATES: "passed"}),
-    Planted("gates drawn from torch's global generator, not the one given (right frequencies)", PLD,
-            (_GATES, "    draws = torch.rand(len(probs))\n"),
-            groups=("pld",), expect={C_GATES: "failed", C_KEEP: "passed"}),
-    Planted("gates drawn with Python's random (right frequencies, independent, not from the generator)", PLD,
-            (_GATES, "    import random\n    draws = torch.tensor([random.random() for _ in probs])\n"),
-            groups=("pld",), expect={C_GATES: "failed", C_KEEP: "passed"}),
     Planted("kept branches not rescaled by 1/p", PLD, (_BRANCHES, _BRANCHES.replace(" / p", "")),
             groups=("pld",), expect={C_SCALED: "failed", C_IDENTITY: "passed", C_DROP_FREE: "passed"}),
     Planted("syntax error", PLD, ("def sample_gates(", "def sample_gates(("),
