@@ -220,6 +220,8 @@ class _Sight:
 def decode(jobs: list) -> list:
     """Prefill and decode job["idx"] in the chunks `cuts` with the student's cache; then decode
     job["ridx"], reorder its rows by `parents` and decode one more token per row."""
+    import gc
+
     import torch
     from scaletrain.infer.decode import forward_cached
     from scaletrain.infer.kv_cache import KVCache
@@ -235,6 +237,7 @@ def decode(jobs: list) -> list:
         with _Sight(given).watching(on_op) as sight:
             cache = KVCache.for_model(model, batch=idx.shape[0], max_len=cuts[-1])
             logits = [forward_cached(model, idx[:, a:b], cache) for a, b in zip(cuts, cuts[1:])]
+        gc.collect()  # what is alive only through a cycle is garbage, not held
         held = {**_reachable(cache), **sight.alive(given + logits)}  # a copy in a global is alive, not reachable
         got = {"logits": _out(torch.cat(logits, dim=1)), "written": written[0] + sight.unseen, "length": cache.length,
                "held": sum(held.values()), "nbytes": cache.nbytes}
