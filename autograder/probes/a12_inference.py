@@ -250,7 +250,8 @@ def decode(jobs: list) -> list:
     return out
 
 
-def _positions(weight) -> "contextlib.AbstractContextManager[list]":
+@contextlib.contextmanager
+def _positions(weight):
     """[n]: positions run through the first block: rows of what every op reading its qkv weight
     (out, in) makes, or reading a tensor equal to it or a view of one: a copy of the model, the weight
     in parts, a product spelled as einsum or a broadcast multiply count the same."""
@@ -274,12 +275,8 @@ def _positions(weight) -> "contextlib.AbstractContextManager[list]":
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor):
                 tag(t)
-
-    @contextlib.contextmanager
-    def counting():
-        with _tally(on_op):
-            yield count
-    return counting()
+    with _tally(on_op):
+        yield count
 
 
 def beam(jobs: list) -> list:
