@@ -62,7 +62,7 @@ class Planted:
     name: str
     file: str
     replace: tuple[str, str] | tuple[tuple[str, str], ...]  # (old, new), or several such pairs
-    expect: dict[str, str]       # check name -> outcome
+    expect: dict[str, str | tuple[str, ...]]  # check name -> outcome, or the outcomes a race picks from
     groups: tuple[str, ...] = ()  # groups to grade (all when empty)
     timeout_s: float | None = None  # shorter group limit, for plants that are meant to hang
 
@@ -74,6 +74,11 @@ class Planted:
                 raise ValueError(f"text to replace not found in {self.file}: {old!r}")
             text = text.replace(old, new)
         return text
+
+    def allowed(self, check: str) -> tuple[str, ...]:
+        """The outcomes `check` may get: one, or several where a race between ranks decides which."""
+        want = self.expect[check]
+        return (want,) if isinstance(want, str) else tuple(want)
 
 
 @dataclass(frozen=True)
@@ -106,7 +111,7 @@ class Manifest:
                 raise ValueError(f"{self.assignment}: task {t.id} names file {t.file!r} not in files")
         for p in self.planted:
             unknown = set(p.expect) - set(names)
-            bad = {o for o in p.expect.values() if o not in OUTCOMES}
+            bad = {o for check in p.expect for o in p.allowed(check) if o not in OUTCOMES}
             if unknown or bad or p.file not in self.files:
                 raise ValueError(f"{self.assignment}: planted {p.name!r} is inconsistent "
                                  f"(unknown checks {sorted(unknown)}, outcomes {sorted(bad)}, file {p.file!r})")

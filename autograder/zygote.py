@@ -230,8 +230,13 @@ def _warden(request: dict, log_fd: int, status_w: int, *client_and_base_path) ->
 def _fork_runner(box: sandbox.Sandbox, argv: list[str], log_fd: int, status_w: int, client: list[int],
                  base_path: list[str]):
     """The runner; `client`: [a client of the workers' zygote] or [], kept as its descriptor 3."""
+    # SIGTERM waits across the fork: the child runs Python's at-fork hooks before it can reset the
+    # warden's handler, and a SystemExit raised in a hook is printed to the grader's stderr, ignored
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     pid = os.fork()
     if pid == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the warden's handler is the warden's
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         code = 1
         try:
             os.close(status_w)
@@ -246,7 +251,6 @@ def _fork_runner(box: sandbox.Sandbox, argv: list[str], log_fd: int, status_w: i
             os.environ.update(sandbox.child_env(box))
             sys.path[:] = [box.workdir, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)), *base_path]
             sys.stdout.reconfigure(line_buffering=True)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the warden's handler is the warden's
             tempfile.tempdir = None                        # TMPDIR is the group's now
             sandbox.confine(box)
             # as `python -m autograder.runner ARGV` (it exits by itself); by name, not an import:
@@ -256,6 +260,7 @@ def _fork_runner(box: sandbox.Sandbox, argv: list[str], log_fd: int, status_w: i
         except BaseException:  # noqa: BLE001 - the log's last line names it, as an exec'd runner's would
             traceback.print_exc()
         sandbox.exit_now(code)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     for fd in client:
         os.close(fd)
     return _Forked(pid)

@@ -155,7 +155,10 @@ def _planted() -> tuple[Planted, ...]:
                  "                group = dist.new_group(ranks, timeout=timeout)\n",
                  "        for axis in axes:\n            for ranks in [g for g in self.groups(axis) if rank in g]:\n"
                  "                group = dist.new_group(ranks, timeout=timeout)\n"),
-                expect={C_MESH_GRID: "passed", C_MESH_NODES: "passed", C_MESH_BUILD: "timeout", C_GPT: "passed"}),
+                # gloo pairs the ranks' new_group calls by their order: the ranks wait for peers that never
+                # come, or join another group's peers and sum over the wrong ranks (seen in CI)
+                expect={C_MESH_GRID: "passed", C_MESH_NODES: "passed", C_MESH_BUILD: ("timeout", "failed"),
+                        C_GPT: "passed"}),
         *_attacks(),
     )
 
