@@ -42,3 +42,11 @@ def test_distillation_table_has_teacher_baseline_and_student_per_transfer_set():
         (t, m) for t in ("1024 B", "fresh batches") for m in ("teacher", benchmark.DISTILL_BASELINE, "distilled")]
     assert all(r["ppl vs scratch"] == 1.0 for r in rows if r["model"] == benchmark.DISTILL_BASELINE)
     assert all(r["params"] == demo.num_params(GPT(demo.STUDENT_CFG)) for r in rows if r["model"] != "teacher")
+
+
+@pytest.mark.gpu
+def test_gpu_compiled_decoding_gives_the_same_tokens_and_a_row_each():
+    """Table 7 on a GPU (on a CPU inductor compiles for tens of seconds: `bench infer --compile` runs it by hand)."""
+    rows = benchmark.measure_compiled(16, reps=2, device="cuda")
+    assert [r["impl"] for r in rows] == [benchmark.COMPILE_BASELINE, "cached, compiled", "uncached, compiled"]
+    assert rows[0]["vs eager cached"] == 1.0 and all(r["ms/token"] > 0 for r in rows)

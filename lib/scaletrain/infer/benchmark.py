@@ -1,6 +1,6 @@
-"""`python -m scaletrain.bench infer [--quick] [--reps N]`
+"""`python -m scaletrain.bench infer [--quick] [--reps N] [--compile]`
 
-Three tables, each against a baseline measured in the same run (bench.compare_many: round-robin,
+Tables, each against a baseline measured in the same run (bench.compare_many: round-robin,
 the median of per-rep ratios with p20-p80, the baseline's own row 1.00), and one of memory:
 
   1. decoding     greedy generation of n tokens by the tiny GPT (batch 4, an 8-token prompt), with
@@ -21,6 +21,9 @@ the median of per-rep ratios with p20-p80, the baseline's own row 1.00), and one
                   median over seeds and of the per-seed perplexity ratios
   6. pruning      held-out loss of that model pruned (global, per-layer, per-row) at sparsities 0 to
                   0.9, against the dense model (sparsity 0, the baseline)
+  7. compiled     time per token of the cached loop eager (the baseline), with its step compiled by
+                  torch.compile, and of the uncached loop on the compiled model (on a GPU; `--compile`
+                  runs it on a CPU too)
 
 Plots: bench_out/infer.png (1-4), bench_out/infer_compression.png (5-6). On a CPU the figures are
 ratios of two runs on the same cores; the retrieve-and-re-rank's win is a GPU kernel's (fewer elements
@@ -39,7 +42,7 @@ import torch
 from scaletrain import bench
 from scaletrain.infer import demo
 from scaletrain.infer.beam import flat_topk
-from scaletrain.infer.decode import generate, generate_uncached
+from scaletrain.infer.decode import forward_cached, generate, generate_uncached
 from scaletrain.infer.kv_cache import KVCache, cache_bytes
 from scaletrain.infer.quant import QuantSpec, group_size_for
 from scaletrain.infer.quant_linear import LINEAR_NAMES, packed_bytes
@@ -47,7 +50,7 @@ from scaletrain.infer.rerank import beam_topk, candidates
 from scaletrain.infer.sampling import greedy
 from scaletrain.models import GPT, GPTConfig
 
-DECODE_BASELINE, TOPK_BASELINE, DISTILL_BASELINE = "uncached", "sort k·V", "scratch"
+DECODE_BASELINE, TOPK_BASELINE, DISTILL_BASELINE, COMPILE_BASELINE = "uncached", "sort k·V", "scratch", "cached, eager"
 DECODE_CFG = GPTConfig(vocab_size=256, block_size=256, n_layer=2, n_head=4, n_embd=64)
 GPT2_SMALL = GPTConfig(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768)
 PROMPT, BATCH = 8, 4
@@ -70,6 +73,27 @@ def measure_decoding(lengths: list[int], reps: int) -> list[dict]:
                          "vs uncached": c.ratio, "p20-p80": f"{c.ratio_p20:.2f}-{c.ratio_p80:.2f}",
                          "positions run": positions[name]})
     return rows
+
+
+def measure_compiled(n: int, reps: int, device: str) -> list[dict]:
+    """Time per generated token, n tokens in all: the cached loop eager (the baseline), the same loop
+    with `forward_cached` compiled by `torch.compile` (inductor; dynamic shapes, as the cache grows
+    a position per step), and the uncached loop on the compiled model: what a compiler does with
+    and without the cache. All three give the same tokens (checked first)."""
+    model = GPT(DECODE_CFG, seed=0).to(device).eval()
+    prompt = torch.randint(0, DECODE_CFG.vocab_size, (BATCH, PROMPT),
+                           generator=torch.Generator().manual_seed(0)).to(device)
+    steps = n - PROMPT
+    step, whole = torch.compile(forward_cached, dynamic=True), torch.compile(model, dynamic=True)
+    variants = {COMPILE_BASELINE: lambda: generate(model, prompt, steps, greedy),
+                "cached, compiled": lambda: generate(model, prompt, steps, greedy, step=step),
+                "uncached, compiled": lambda: generate_uncached(whole, prompt, steps, greedy)}
+    tokens = {name: fn() for name, fn in variants.items()}  # the compilations happen here, untimed
+    if not all(torch.equal(t, tokens[COMPILE_BASELINE]) for t in tokens.values()):
+        raise AssertionError("compiled decoding gave other tokens than the eager cached loop")
+    cmps = bench.compare_many(variants, COMPILE_BASELINE, warmup=1, reps=reps, device=device)
+    return [{"n": n, "impl": name, "ms/token": c.candidate.median * 1e3 / steps, "vs eager cached": c.ratio,
+             "p20-p80": f"{c.ratio_p20:.2f}-{c.ratio_p80:.2f}"} for name, c in cmps.items()]
 
 
 def measure_topk(cases: list[tuple[int, int]], reps: int) -> list[dict]:
@@ -228,17 +252,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="n up to 64, V up to 8000, 60 training steps, 1 distillation seed, 3 reps")
     parser.add_argument("--reps", type=int, default=None, help="timed reps per variant (default 10, quick 3)")
+    parser.add_argument("--compile", action="store_true",
+                        help="table 7 (torch.compile'd decoding) on a CPU too; on a GPU it always runs")
     args = parser.parse_args(argv)
     reps = args.reps or (3 if args.quick else 10)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a second thread on a shared 2-core box only adds noise to the ratios
     try:
-        return _run(args.quick, reps)
+        return _run(args.quick, reps, args.compile or torch.cuda.is_available())
     finally:
         torch.set_num_threads(threads)
 
 
-def _run(quick: bool, reps: int) -> int:
+def _run(quick: bool, reps: int, compiled: bool) -> int:
     decoding = measure_decoding([16, 32, 64] if quick else [16, 32, 64, 128, 256], reps)
     print(f"1. greedy decoding, tiny GPT L={DECODE_CFG.n_layer} h={DECODE_CFG.n_embd}, batch {BATCH}, prompt "
           f"{PROMPT}, n tokens in all; {reps} reps; ratio = time / uncached (both give the same tokens)")
@@ -264,5 +290,13 @@ def _run(quick: bool, reps: int) -> int:
     pruning = prune_rows(model, (0.0, 0.25, 0.5, 0.75, 0.9))
     print("\n6. magnitude pruning of that model's blocks' Linears, one shot (no retraining); zeros = share reached")
     print(bench.format_table(_decimals(pruning)))
+    if compiled:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        n = 64 if quick else 256
+        print(f"\n7. time per token on {device}, {n} tokens, batch {BATCH}: the cached loop eager (1.00), with "
+              "forward_cached compiled, and the uncached loop on the compiled model (torch.compile, inductor)")
+        print(bench.format_table(measure_compiled(n, reps, device)))
+    else:
+        print("\n7. torch.compile'd decoding: GPU only (`--compile` runs it here; inductor compiles for tens of seconds on a CPU)")
     print(f"\nplots: {plot(decoding, topk, accuracy)}, {plot_compression(distill, pruning)}")
     return 0

@@ -48,13 +48,15 @@ def forward_cached(model, idx: torch.Tensor, cache: KVCache) -> torch.Tensor:
     return model.lm_head(model.ln_f(x))
 
 
-def generate(model, prompt: torch.Tensor, steps: int, pick: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+def generate(model, prompt: torch.Tensor, steps: int, pick: Callable[[torch.Tensor], torch.Tensor], *,
+             step: Callable = forward_cached) -> torch.Tensor:
     """prompt (b, s0) → (b, s0 + steps): prefill once, then one cached token per step.
-    `pick` maps the last logits (b, V) to the next tokens (b,) (sampling.greedy, a sampler)."""
+    `pick` maps the last logits (b, V) to the next tokens (b,) (sampling.greedy, a sampler); `step`
+    is `forward_cached` or a compiled version of it (the benchmark's `torch.compile` row)."""
     cache = KVCache.for_model(model, batch=prompt.shape[0], max_len=prompt.shape[1] + steps)
     out, new = prompt, prompt
     for _ in range(steps):
-        nxt = pick(forward_cached(model, new, cache)[:, -1])[:, None]
+        nxt = pick(step(model, new, cache)[:, -1])[:, None]
         out, new = torch.cat([out, nxt], dim=1), nxt
     return out
 
