@@ -708,13 +708,10 @@ void syncthreads(const char* file, int line) {
   yield_to_scheduler();
 }
 
-void warp_op(Op op, const char* file, int line, unsigned mask, const void* in, void* out, int size, int param,
-             int width) {
+// What every warp-wide op records before its lanes meet in resolve_warp: which op, where, which
+// lanes, its parameter, and the bytes of `in` it carries (0: the op's own layout, as mma's).
+static Fiber& enter_warp(Op op, const char* file, int line, unsigned mask, int param, int width, int size) {
   Fiber& f = rt.fibers[rt.current];
-  if (width <= 0 || width > 32 || (width & (width - 1))) {
-    fail(cudaErrorInvalidValue, where(rt.current) + format(": %s width %d is not a power of two <= 32", op_name(op), width));
-    siglongjmp(rt.escape, 2);
-  }
   f.state = State::Warp;
   f.op = op;
   f.file = file;
@@ -723,6 +720,17 @@ void warp_op(Op op, const char* file, int line, unsigned mask, const void* in, v
   f.param = param;
   f.width = width;
   f.size = size;
+  return f;
+}
+
+void warp_op(Op op, const char* file, int line, unsigned mask, const void* in, void* out, int size, int param,
+             int width) {
+  Fiber& f = rt.fibers[rt.current];
+  if (width <= 0 || width > 32 || (width & (width - 1))) {
+    fail(cudaErrorInvalidValue, where(rt.current) + format(": %s width %d is not a power of two <= 32", op_name(op), width));
+    siglongjmp(rt.escape, 2);
+  }
+  enter_warp(op, file, line, mask, param, width, size);
   if (size) memcpy(f.in, in, size);
   yield_to_scheduler();
   Fiber& g = rt.fibers[rt.current];  // the same fiber, resumed
@@ -732,15 +740,7 @@ void warp_op(Op op, const char* file, int line, unsigned mask, const void* in, v
 // .aligned: all 32 lanes execute the same mma (ldmatrix), so its mask is the whole warp; a lane
 // that exited first, or a warp of fewer than 32 threads, is reported by resolve_warp.
 void mma_sync(const char* file, int line, int type, float* d, const uint32_t* a, const uint32_t* b, const float* c) {
-  Fiber& f = rt.fibers[rt.current];
-  f.state = State::Warp;
-  f.op = kMma;
-  f.file = file;
-  f.line = line;
-  f.mask = 0xffffffffu;
-  f.param = type;
-  f.width = 32;
-  f.size = 0;
+  Fiber& f = enter_warp(kMma, file, line, 0xffffffffu, type, 32, 0);
   memcpy(f.in, a, 16);
   memcpy(f.in + 16, b, 8);
   memcpy(f.in + 24, c, 16);
@@ -749,15 +749,7 @@ void mma_sync(const char* file, int line, int type, float* d, const uint32_t* a,
 }
 
 void ldmatrix_sync(const char* file, int line, int trans, uint32_t* d, const uint32_t* row) {
-  Fiber& f = rt.fibers[rt.current];
-  f.state = State::Warp;
-  f.op = kLdmatrix;
-  f.file = file;
-  f.line = line;
-  f.mask = 0xffffffffu;
-  f.param = trans;
-  f.width = 32;
-  f.size = 0;
+  Fiber& f = enter_warp(kLdmatrix, file, line, 0xffffffffu, trans, 32, 0);
   memcpy(f.in, row, 16);
   yield_to_scheduler();
   memcpy(d, rt.fibers[rt.current].out, 16);
