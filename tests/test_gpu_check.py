@@ -63,6 +63,31 @@ def test_report_says_pass_only_when_everything_passed():
     assert not gpu_check.passed(bad) and text.startswith("# GPU check: FAIL")
     assert "a1 Triton softmax forward speed: failed" in text and "2900" in text and "NVIDIA H100" in text
     assert not gpu_check.passed({**good, "tests": []}), "no gpu test ran: not a pass"
+    assert not gpu_check.passed({**good, "grade": []}), "nothing graded: not a pass"
+
+
+def test_a_check_not_run_for_a_second_gpu_is_listed_not_failed():
+    """a2's NCCL ring needs 2 GPUs: on one GPU its check is not_run and the rest can still PASS; a
+    check not run for any other reason (e.g. no CUDA seen by the worker) is a FAIL."""
+    good = _report()
+    nccl = {"assignment": "a2", "task": "2.5", "check": "allreduce vs NCCL", "outcome": "not_run",
+            "reason": "needs 2 GPUs for NCCL, found 1"}
+    assert gpu_check.passed({**good, "grade": good["grade"] + [nccl]})
+    assert "a2 allreduce vs NCCL: not_run" in gpu_check.render({**good, "grade": good["grade"] + [nccl]})
+    no_cuda = {**nccl, "assignment": "a1", "reason": "needs a CUDA device"}
+    assert not gpu_check.passed({**good, "grade": good["grade"] + [no_cuda]})
+
+
+def test_only_the_assignments_with_a_gpu_group_are_graded_on_the_gpu(tmp_path):
+    """Their solutions, with --device cuda, one results.json each; the rest grade the same anywhere."""
+    cmds = gpu_check.commands("python3", tmp_path)
+    graded = sorted(k.split()[1] for k in cmds if k.startswith("grade "))
+    assert graded == sorted(gpu_check.gpu_assignments()) and {"a1", "a1b", "a2"} <= set(graded)
+    for a in graded:
+        cmd = cmds[f"grade {a}"]
+        assert cmd[cmd.index("--submission") + 1] == str(get_manifest(a).solution_dir())
+        assert cmd[cmd.index("--device") + 1] == "cuda" and cmd[-1] == str(tmp_path / f"grade-{a}.json")
+    assert all(not any(g.needs_gpu for g in get_manifest(a).groups) for a in ("a0", "a3", "a7", "a12"))
 
 
 def _fake_python(tmp_path, name, cuda):

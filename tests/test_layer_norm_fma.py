@@ -12,6 +12,7 @@ now contracts like nvcc (cuda_cpu_build.CONTRACT_FLAGS), and what Triton's compi
 
 import importlib.util
 import itertools
+import re
 import shutil
 
 import numpy as np
@@ -94,3 +95,33 @@ def test_triton_fuses_and_the_row_mean_divides_exactly(ln):
     ptx = compile_ptx(ln, "layer_norm_bwd_dx_kernel", storage="fp32")
     assert "fma.rn.f32" in ptx
     assert "div.rn.f32" in ptx
+
+
+def _products(ptx: str) -> tuple[set, set]:
+    """(operand pairs whose fp32 product is rounded: mul, or fma with a 0 addend; pairs fused
+    unrounded into an fma with another addend), read from PTX."""
+    rounded, fused = set(), set()
+    for op, a, b, c in re.findall(r"\b(mul(?:\.rn)?\.f32|fma\.rn\.f32)\s+%\w+,\s*(%\w+),\s*(%\w+)(?:,\s*(\S+?))?;", ptx):
+        (rounded if op.startswith("mul") or c == "0f00000000" else fused).add(frozenset((a, b)))
+    return rounded, fused
+
+
+def test_triton_dx_rounds_the_product_g_once(ln):
+    """The H200's fp32 dx of 4e-5 at N = 1 (Triton; the CUDA kernel passed): g = w * dy was a rounded
+    product where the row sums read it and an unrounded one fused into `g - mean_g`, so g - mean_g
+    was the product's rounding error, times rstd ~ 316. No product may be both in the dx kernel."""
+    from scaletrain.ops.toolchain.triton_compile import compile_ptx
+    rounded, fused = _products(compile_ptx(ln, "layer_norm_bwd_dx_kernel", storage="fp32"))
+    assert rounded and fused, "the PTX parse found no products"
+    assert not rounded & fused, f"products both rounded and fused: {sorted(map(sorted, rounded & fused))[:4]}"
+
+
+def test_the_product_check_sees_the_h200_bug():
+    """The check above on the PTX Triton made before the fix (its lines for one element)."""
+    before = ("mul.f32 \t%r125, %r42, %r74;\n add.f32 \t%r157, %r125, %r126;\n"
+              "neg.f32 \t%r441, %r357;\n fma.rn.f32 \t%r442, %r42, %r74, %r441;\n")
+    rounded, fused = _products(before)
+    assert rounded & fused == {frozenset(("%r42", "%r74"))}
+    after = before.replace("mul.f32 \t%r125, %r42, %r74", "fma.rn.f32 \t%r125, %r42, %r74, 0f00000000").replace(
+        "fma.rn.f32 \t%r442, %r42, %r74, %r441", "sub.f32 \t%r442, %r125, %r357")
+    assert not _products(after)[0] & _products(after)[1]
