@@ -34,6 +34,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -195,13 +196,17 @@ def gpu_grades(payload: dict) -> list[dict]:
 
 
 def _run(cmd: list[str], log: Path) -> int:
+    """Run one step into `log`; its exit code (124: past STEP_TIMEOUT_S), its seconds printed."""
     print(f"$ {' '.join(cmd)}", flush=True)
+    start = time.monotonic()
     try:
         with open(log, "w") as f:
-            return subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, timeout=STEP_TIMEOUT_S,
+            code = subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, timeout=STEP_TIMEOUT_S,
                                   env=environment()).returncode
     except subprocess.TimeoutExpired:
-        return 124
+        code = 124
+    print(f"  exit {code} after {time.monotonic() - start:.0f} s (log: {log})", flush=True)
+    return code
 
 
 def collect(out: Path, *, xdist: bool = False) -> dict:
