@@ -264,8 +264,10 @@ def _rank_main(rank, world_size, fn, args, environ, backend, store_dir, timeout_
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent
         results.put(("err", rank, (type(exc).__name__, str(exc), traceback.format_exc())))
     finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        # The group is not destroyed: a forkserver's (or fork's) child ends with os._exit, and its
+        # sockets close with it. destroy_process_group here let a gloo worker thread still holding
+        # the group (a future's callback: torch's PowerSGD hook) drop the last reference and join
+        # itself in the destructor: "terminate called ... Resource deadlock avoided", exit -6 (CI).
         results.close()
         results.join_thread()
 
