@@ -231,7 +231,10 @@ def collect(out: Path, *, xdist: bool = False) -> dict:
         for device in ("cpu", "cuda"):
             report["class_exit"] |= _run(cmds[f"class {a} {device}"], out / "class" / a / f"regrade-{device}.log")
         report["class"] += class_rows(a, out / "class" / a / "results")
-    report["kernels"] = gpu_rows()  # "% datasheet" of the datasheet (ops.ceiling), not the memory clock's figure
+    try:  # "% datasheet" of the datasheet (ops.ceiling), not the memory clock's figure
+        report["kernels"], report["kernels_error"] = gpu_rows(), ""
+    except Exception as exc:  # noqa: BLE001 - the report is still written, and says FAIL with the cause
+        report["kernels"], report["kernels_error"] = [], f"{type(exc).__name__}: {exc}"
     return report
 
 
@@ -243,7 +246,8 @@ def wants_more_gpus(row: dict) -> bool:
 def passed(report: dict) -> bool:
     return (report["tests_exit"] == 0 and report["grade_exit"] == 0 and bool(report["tests"])
             and bool(report["grade"]) and all(r["outcome"] == "passed" or wants_more_gpus(r) for r in report["grade"])
-            and report.get("class_exit") == 0 and class_as_expected(report.get("class", [])))
+            and report.get("class_exit") == 0 and class_as_expected(report.get("class", []))
+            and not report.get("kernels_error"))
 
 
 def render(report: dict) -> str:
@@ -265,7 +269,8 @@ def render(report: dict) -> str:
         lines += [f"{len(not_passed)} check(s) did not pass: "
                   + "; ".join(f"{r['assignment']} {r['check']}: {r['outcome']}" for r in not_passed), ""]
     lines += _class_section(report)
-    lines += ["## Kernel benchmark (M = 4096, fp32)", "", bench.format_table(report["kernels"], GPU_COLUMNS), ""]
+    lines += ["## Kernel benchmark (M = 4096, fp32)", "", f"failed: {report['kernels_error']}" if report.get("kernels_error")
+              else bench.format_table(report["kernels"], GPU_COLUMNS), ""]
     return "\n".join(lines)
 
 

@@ -64,6 +64,8 @@ def test_report_says_pass_only_when_everything_passed():
     assert "a1 Triton softmax forward speed: failed" in text and "2900" in text and "NVIDIA H100" in text
     assert not gpu_check.passed({**good, "tests": []}), "no gpu test ran: not a pass"
     assert not gpu_check.passed({**good, "grade": []}), "nothing graded: not a pass"
+    broken = {**good, "kernels": [], "kernels_error": "RuntimeError: CUDA error"}
+    assert not gpu_check.passed(broken) and "failed: RuntimeError: CUDA error" in gpu_check.render(broken)
 
 
 def test_a_check_not_run_for_a_second_gpu_is_listed_not_failed():
