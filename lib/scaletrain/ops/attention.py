@@ -7,7 +7,8 @@ Backends (the same names as softmax / layer_norm, backends.resolve_name):
   "torch"  attention_naive.py: the composed ops that materialize the (n, n) scores, O(n^2) memory;
   "triton" kernels/attention_triton.py: FlashAttention forward and backward (Dao et al. 2022;
            FlashAttention-2's work split, Dao 2023), O(n d) memory; on CPU tensors through the
-           Triton interpreter (TRITON_INTERPRET=1);
+           Triton interpreter (TRITON_INTERPRET=1); on a GPU the forward's tile shape is tuned
+           (attention_tuning.py; attention_backend("triton", tuned=False): the launcher's tiles);
   "cuda"   kernels/attention.cu: forward and backward, warp-per-row kernels without tensor cores;
            fp16 / bf16 at head dim 64 or 128 on sm_80+ run kernels/attention_mma.cu and
            attention_mma_bwd.cu instead, FlashAttention-2 on tensor cores (mma.sync);
@@ -26,6 +27,7 @@ from typing import Callable
 import torch
 
 from scaletrain.ops import attention_naive
+from scaletrain.ops.attention_tuning import tuned_attention_fwd
 from scaletrain.ops.backends import KERNELS_DIR, load_kernel_module, resolve_name
 
 __all__ = ["attention", "attention_backend", "MAX_HEAD_DIM"]
@@ -42,13 +44,14 @@ class AttentionBackend:
     bwd: Callable
 
 
-def attention_backend(name: str) -> AttentionBackend:
-    """The named attention backend; kernels load (and CUDA builds) on first use."""
+def attention_backend(name: str, *, tuned: bool = True) -> AttentionBackend:
+    """The named attention backend; kernels load (and CUDA builds) on first use. tuned=False:
+    triton's forward with its launcher's fixed tiles, as the a1b grader launches a kernel."""
     if name == "torch":
         return AttentionBackend("torch", attention_naive.attention_fwd, attention_naive.attention_bwd)
     if name == "triton":
         kernels = load_kernel_module(KERNELS_DIR / "attention_triton.py")
-        return AttentionBackend("triton", kernels.attention_fwd, kernels.attention_bwd)
+        return AttentionBackend("triton", tuned_attention_fwd if tuned else kernels.attention_fwd, kernels.attention_bwd)
     if name == "cuda":
         from scaletrain.ops import attention_cuda
         ext = attention_cuda.load()
@@ -72,15 +75,18 @@ class _Attention(torch.autograd.Function):
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, scale: float | None = None,
-              backend: str = "auto") -> torch.Tensor:
+              backend: str | AttentionBackend = "auto") -> torch.Tensor:
     """softmax(q k^T * scale [+ causal mask]) v, differentiable in q, k and v.
 
     q: (..., seq_q, head_dim); k, v: (..., seq_k, head_dim) with the same leading dims (batch,
     heads), dtype and device.  scale defaults to 1 / sqrt(head_dim).  causal: query i sees keys
     j <= i (torch's is_causal, top-left aligned when seq_q != seq_k).  Matches
     torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale).
+    backend: a name, or an AttentionBackend record (e.g. attention_backend("triton", tuned=False)).
     """
     _check(q, k, v)
+    impl = backend if isinstance(backend, AttentionBackend) else None
+    backend = impl.name if impl else backend
     if backend in ("triton", "cuda") and q.shape[-1] > MAX_HEAD_DIM:
         raise ValueError(f"attention: backend {backend!r} supports head_dim <= {MAX_HEAD_DIM}, got {q.shape[-1]}; "
                          "split the heads further or use backend='torch'")
@@ -92,7 +98,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     if q.numel() == 0:  # no heads: nothing to launch
         return q.new_empty(q.shape)
     q3, k3, v3 = (t.reshape(-1, t.shape[-2], d).contiguous() for t in (q, k, v))
-    o = _Attention.apply(q3, k3, v3, bool(causal), scale, attention_backend(name))
+    o = _Attention.apply(q3, k3, v3, bool(causal), scale, impl if impl and impl.name == name else attention_backend(name))
     return o.reshape(*lead, seq_q, d)
 
 

@@ -30,7 +30,7 @@ import warnings
 import torch
 
 from scaletrain import bench
-from scaletrain.ops import attention_naive, ceiling, traffic
+from scaletrain.ops import attention_naive, attention_tuning, ceiling, traffic
 
 __all__ = ["main", "speed_rows", "bytes_rows", "GRADED", "speed_inputs", "sdpa_paths", "forward_backward",
            "batch_seconds", "graded_speed", "local_student", "graded_rows"]
@@ -188,6 +188,7 @@ def speed_rows(ns=(512, 1024, 2048, 4096), *, dtype=torch.float16, causal: bool 
     """GPU only: one row per (n, direction) with times, TFLOP/s and its % of a large bf16 matmul measured
     first (ceiling.py; fp16 and bf16 share the tensor cores' peak), speedups vs math and flash, memory."""
     from scaletrain.ops import attention
+    from scaletrain.ops.attention import attention_backend
 
     matmul_tflops = ceiling.measure("cuda", quick=True).matmul_tflops
 
@@ -196,7 +197,8 @@ def speed_rows(ns=(512, 1024, 2048, 4096), *, dtype=torch.float16, causal: bool 
     paths = sdpa_paths(*probe, causal=causal)
     impls = {"triton": lambda q, k, v: attention(q, k, v, causal=causal, backend="triton"),
              "math": paths["math"][0], "flash": paths["flash"][0] or paths["math"][0]}
-    fwd_only = {}  # forward-only rows
+    fixed = attention_backend("triton", tuned=False)
+    fwd_only = {"triton fixed": lambda q, k, v: attention(q, k, v, causal=causal, backend=fixed)}  # forward-only rows
     try:  # the CUDA C++ kernels, when they build here
         attention(*(torch.randn(1, 1, 8, HEAD_DIM, device="cuda", dtype=dtype) for _ in range(3)), backend="cuda")
         impls["cuda"] = lambda q, k, v: attention(q, k, v, causal=causal, backend="cuda")
@@ -249,10 +251,11 @@ def local_student(direction: str, *, seed: int, spec: dict | None = None, backen
     """reps -> seconds per call of scaletrain.ops.attention(backend) in this process on the inputs
     graded_speed makes: the student's side of a1b's checks, without the grader's worker."""
     from scaletrain.ops import attention
+    from scaletrain.ops.attention import attention_backend
 
     spec = {**GRADED, **(spec or {})}
     args = speed_inputs(spec, device=device, seed=seed, grad=direction != "fwd")
-    fn = functools.partial(attention, causal=spec["causal"], backend=backend)
+    fn = functools.partial(attention, causal=spec["causal"], backend=attention_backend(backend, tuned=False))
     if direction == "fwd":
         return functools.partial(batch_seconds, fn, args[:3])
     return functools.partial(batch_seconds, forward_backward(fn), args)
@@ -322,8 +325,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nGPU {torch.cuda.get_device_name()}, batch 4 x 16 heads, head dim {HEAD_DIM}, {args.dtype}: "
           "targets >= 2x math at n >= 1024, >= 0.7x flash forward at n = 4096; 'cuda' = attention_mma.cu's "
           "tensor-core kernels for fp16 / bf16 (attention_mma*.cu), target >= 0.5x flash forward; "
-          "'cuda scalar' = attention.cu's forward")
+          "'cuda scalar' = attention.cu's forward; 'triton' = its forward's tiles tuned on this GPU "
+          "(attention_tuning.py), 'triton fixed' = the launcher's 64 x 64, as a1b grades")
     print(bench.format_table(speed))
+    print("tiles the tuner chose:\n" + bench.format_table(attention_tuning.chosen()))
     print(f"\na1b's speed checks as graded ({GRADED}; attention_benchmark.graded_speed, the kernels in this "
           "process): >= 2x math, forward >= 0.7x flash")
     print(bench.format_table(graded_rows(reps=5 if args.quick else 10)))

@@ -14,7 +14,7 @@ import os
 import time
 from types import ModuleType
 
-__all__ = ["KERNEL_SIGNATURES", "compile_module", "compile_ptx"]
+__all__ = ["KERNEL_SIGNATURES", "compile_kernel", "compile_module", "compile_ptx"]
 
 _I, _F = "i32", "*fp32"
 _MASK_ARGS = dict(rows=_I, cols=_I, causal_len=_I, m_size1=_I, m_size2=_I, m_stride0=_I, m_stride1=_I,
@@ -64,7 +64,7 @@ def compile_module(module: ModuleType, *, arch: int = 80, storage: str = "fp16",
         for config in configs:
             start = time.perf_counter()
             try:
-                kernel = _compile(fn, signature, config, arch, storage)
+                kernel = compile_kernel(fn, signature, config, arch, storage)
             except Exception as exc:
                 if "NotImplementedError" in str(exc):  # an untouched stub: the raise is still there
                     raise NotImplementedError(f"{name} still raises NotImplementedError") from exc
@@ -74,8 +74,9 @@ def compile_module(module: ModuleType, *, arch: int = 80, storage: str = "fp16",
     return rows
 
 
-def _compile(fn, signature: dict, config: dict, arch: int, storage: str):
-    """triton.compile of `fn` for sm_{arch} with "{T}" pointers of `storage`, `config` constexpr."""
+def compile_kernel(fn, signature: dict, config: dict, arch: int, storage: str, options: dict | None = None):
+    """triton.compile of `fn` for sm_{arch} with "{T}" pointers of `storage`, `config` constexpr,
+    and compile `options` (num_warps, num_stages)."""
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # silence Triton 3.9's FutureWarning
     import triton
     from triton.backends.compiler import GPUTarget
@@ -83,14 +84,14 @@ def _compile(fn, signature: dict, config: dict, arch: int, storage: str):
 
     sig = {k: v.replace("{T}", f"*{storage}") for k, v in signature.items()}
     return triton.compile(ASTSource(fn=fn, signature={**sig, **{k: "constexpr" for k in config}}, constexprs=config),
-                          target=GPUTarget("cuda", arch, 32))
+                          target=GPUTarget("cuda", arch, 32), options=options)
 
 
 def compile_ptx(module: ModuleType, name: str, *, arch: int = 80, storage: str = "fp16") -> str:
     """The PTX of kernel `name` (KERNEL_SIGNATURES, first configuration) for sm_{arch}: what the
     GPU runs, readable without one (e.g. whether `a * b + c` became fma.rn.f32)."""
     signature, configs = KERNEL_SIGNATURES[name]
-    return _compile(getattr(module, name), signature, configs[0], arch, storage).asm["ptx"]
+    return compile_kernel(getattr(module, name), signature, configs[0], arch, storage).asm["ptx"]
 
 
 def _error(exc: Exception) -> str:
