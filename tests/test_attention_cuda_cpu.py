@@ -59,7 +59,8 @@ def test_one_key_dq_rounds_as_on_the_h200_within_the_derived_bound(dtype):
 # logits near 4000: L itself is rounded to fp32 (ulp 2.4e-4 at 4000), so exp(x - L) carries ~1e-4 error
 @pytest.mark.parametrize("rows,vocab,eps,dtype,scale,grad_tol", [
     (5, 1000, 0.1, torch.float32, 3.0, 8e-5), (7, 17, 0.0, torch.float16, 3.0, 1.6e-2),
-    (3, 129, 0.2, torch.bfloat16, 3.0, 8e-2), (4, 300, 0.1, torch.float32, 4000.0, 1e-3)])
+    (3, 129, 0.2, torch.bfloat16, 3.0, 8e-2), (4, 300, 0.1, torch.float32, 4000.0, 1e-3),
+    (3, 1024, 0.1, torch.bfloat16, 3.0, 8e-2), (2, 4104, 0.0, torch.float16, 3.0, 1.6e-2)])  # 16-byte loads
 def test_cross_entropy_cu_in_the_emulator(rows, vocab, eps, dtype, scale, grad_tol):
     from scaletrain.ops.toolchain.attention_cuda_cpu import cross_entropy_bwd, cross_entropy_fwd
     torch.manual_seed(1)

@@ -72,9 +72,16 @@ def cross_entropy_bwd_kernel(x_ptr, target_ptr, lse_ptr, dloss_ptr, dx_ptr, voca
 
 
 def _block_v(x: torch.Tensor, block_v: int | None) -> int:
-    """Chunk of the vocabulary per loop step: the row itself up to 4096 elements on a GPU (16 KB
-    of fp32 in registers over 8 warps); up to 65536 under the interpreter, which pays per step."""
-    return block_v or min(triton.next_power_of_2(x.shape[1]), 4096 if x.is_cuda else 65536)
+    """Chunk of the vocabulary per loop step: the row itself up to 16384 elements on a GPU (16 per
+    thread over 32 warps; Liger-Kernel takes 32768, which spills on sm_90), so a 32k-vocabulary row
+    takes 2 steps of the loop, each ending in cross-warp reductions, not 8; up to 65536 under the
+    interpreter, which pays per step."""
+    return block_v or min(triton.next_power_of_2(x.shape[1]), 16384 if x.is_cuda else 65536)
+
+
+def _warps(block_v: int) -> int:
+    """16 elements per thread from 8192 up (4 warps below 2048): registers, not spills (ptxas, sm_90)."""
+    return max(4, min(32, block_v // 512))
 
 
 def cross_entropy_fwd(x: torch.Tensor, target: torch.Tensor, smoothing: float = 0.0, ignore_index: int = -100,
@@ -85,7 +92,7 @@ def cross_entropy_fwd(x: torch.Tensor, target: torch.Tensor, smoothing: float = 
     lse = torch.empty_like(loss)
     bv = _block_v(x, block_v)
     cross_entropy_fwd_kernel[(rows,)](x, target, loss, lse, vocab, smoothing, ignore_index, BLOCK_V=bv,
-                                      num_warps=8 if bv >= 2048 else 4)
+                                      num_warps=_warps(bv))
     return loss, lse
 
 
@@ -96,5 +103,5 @@ def cross_entropy_bwd(x: torch.Tensor, target: torch.Tensor, lse: torch.Tensor, 
     dx = torch.empty_like(x)
     bv = _block_v(x, block_v)
     cross_entropy_bwd_kernel[(rows,)](x, target, lse, dloss, dx, vocab, smoothing, ignore_index, BLOCK_V=bv,
-                                      num_warps=8 if bv >= 2048 else 4)
+                                      num_warps=_warps(bv))
     return dx
