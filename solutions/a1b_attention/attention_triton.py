@@ -90,7 +90,10 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, seq_q, seq_k, head
     q = _load_rows(q_ptr + bh * seq_q * head_dim, offs_m, seq_q, head_dim, offs_d)
     k_base = k_ptr + bh * seq_k * head_dim
     v_base = v_ptr + bh * seq_k * head_dim
-    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    # scores in base 2: exp(x) = exp2(x log2 e), with log2 e folded into the scale (one multiply per
+    # score, not one per exponential: FlashAttention-2's and Triton's tutorial kernels do the same)
+    qk_scale = scale * 1.4426950408889634
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)  # running max, base-2 units
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
     hi = seq_k
@@ -99,17 +102,17 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, seq_q, seq_k, head
     for start_n in range(0, hi, BLOCK_N):
         cols = start_n + offs_n
         kt = tl.trans(_load_rows(k_base, cols, seq_k, head_dim, offs_d))                # (BLOCK_D, BLOCK_N)
-        s = _mm(q, kt, DOT_PRECISION) * scale  # (BLOCK_M, BLOCK_N) fp32
+        s = _mm(q, kt, DOT_PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N) fp32
         s = _mask_scores(s, offs_m, cols, seq_k, CAUSAL)
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp(m_i - m_new)                                                 # 0 on the first tile
-        p = tl.exp(s - m_new[:, None])
+        alpha = tl.exp2(m_i - m_new)                                                # 0 on the first tile
+        p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
         v = _load_rows(v_base, cols, seq_k, head_dim, offs_d)                # (BLOCK_N, BLOCK_D)
         acc = acc * alpha[:, None] + _mm(p.to(v.dtype), v, DOT_PRECISION)
         m_i = m_new
     o = acc / l_i[:, None]
-    lse = m_i + tl.log(l_i)
+    lse = (m_i + tl.log2(l_i)) * 0.6931471805599453  # back to the natural log: L = ln 2 * log2(sum)
     row_ok = offs_m < seq_q
     tl.store(o_ptr + bh * seq_q * head_dim + offs_m[:, None] * head_dim + offs_d[None, :], o,
              mask=row_ok[:, None] & (offs_d[None, :] < head_dim))
