@@ -103,3 +103,15 @@ def test_gpu_tuned_forward_agrees_with_the_fixed_one(dtype, causal):
     assert_close(lse, lse_ref, rtol=TOLERANCE[torch.float32], what="tuned L")
     assert_close(o.float(), o_ref.float(), rtol=TOLERANCE[dtype], what="tuned O vs the launcher's")
     assert any(c["bucket"] == 1024 for c in attention_tuning.chosen())
+
+
+@needs_triton
+def test_one_tuner_per_bucket_over_every_config():
+    """Built without a GPU: Triton checks the key names against the kernel's arguments."""
+    from scaletrain.ops.backends import load_kernel_module
+    kernel = load_kernel_module(KERNELS_DIR / "attention_triton.py").attention_fwd_kernel
+    tuner = attention_tuning.tuner(kernel, 2048)
+    assert tuner is attention_tuning.tuner(kernel, 2048) and tuner is not attention_tuning.tuner(kernel, 4096)
+    assert [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) for c in tuner.configs] == \
+        list(attention_tuning.CONFIGS)
+    assert set(tuner.keys) <= set(tuner.arg_names)
