@@ -68,6 +68,9 @@ def _mask_scores(s, offs_m, offs_n, seq_k, CAUSAL: tl.constexpr):
     return tl.where(hidden, float("-inf"), s)
 
 
+# (helpers of your own may go here: top-level @triton.jit functions, which the grader keeps)
+
+
 @triton.jit
 def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, seq_q, seq_k, head_dim, scale,
                          CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
