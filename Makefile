@@ -9,8 +9,9 @@ STAMP  := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_BUILD     ?= $(if $(filter Linux-x86_64,$(shell uname -s)-$(shell uname -m)),cpu,pypi)
 TORCH_PIN       := $(shell grep -o 'torch==[0-9.]*' pyproject.toml)
+GPU_PY          := $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 
-.PHONY: setup demo test deploy-test selftest release gpu-check clean
+.PHONY: setup demo test deploy-test selftest release gpu-check gpu-bench clean
 
 setup: $(STAMP)
 
@@ -51,7 +52,13 @@ release: setup
 # nothing installed: it runs on the first interpreter whose torch sees a GPU (this one, GPU_PYTHON, .venv,
 # python3), the checkout on PYTHONPATH (autograder/gpu_check.py). On a CPU machine: says so and exits 0.
 gpu-check:
-	PYTHONPATH=$(CURDIR)/lib:$(CURDIR) $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) -m autograder gpu-check
+	PYTHONPATH=$(CURDIR)/lib:$(CURDIR) $(GPU_PY) -m autograder gpu-check
+
+# How fast, where gpu-check says how right: every benchmark whose figures need a GPU (kernels, attention,
+# cross-entropy, the GPT-2 profile, inference), logs and plots in bench_out/gpu_bench, summary.md. Same
+# interpreter rule as gpu-check; `make gpu-bench BUDGET_S=300` bounds the whole run (scaletrain/bench_gpu.py).
+gpu-bench:
+	PYTHONPATH=$(CURDIR)/lib:$(CURDIR) $(GPU_PY) -m scaletrain.bench_gpu $(if $(BUDGET_S),--budget-s $(BUDGET_S))
 
 clean:
 	rm -rf $(VENV) bench_out results.json .pytest_cache

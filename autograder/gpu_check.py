@@ -17,7 +17,9 @@ pins 2.13 / 3.9, and `make gpu-check` then failed before testing anything (issue
 4. the kernel benchmark (`scaletrain.ops.benchmark.gpu_rows`: GB/s and % of peak DRAM bandwidth
    per kernel, backend and row length, against naive and native from the same run);
 and writes `report.md` and `report.json` (GPU name, the versions that ran beside the pins, every
-outcome, every figure) under `--out` (default bench_out/gpu_check). Exit 0 when everything
+outcome, every figure) under `--out` (default bench_out/gpu_check), again after every step: a run
+stopped half-way leaves a report of what it finished, headed INCOMPLETE.  Step 3's CPU regrade
+needs no GPU, so it runs beside steps 1-2. Exit 0 when everything
 passed (a check `not_run` for want of a second GPU is listed, not failed), 1 otherwise.
 
 On a machine without a GPU it says so and exits 0 having run nothing: nothing GPU-side can be
@@ -37,6 +39,7 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Callable
 
 from autograder.manifest import REPO
 
@@ -195,46 +198,88 @@ def gpu_grades(payload: dict) -> list[dict]:
             for t in payload["tests"]]
 
 
-def _run(cmd: list[str], log: Path) -> int:
-    """Run one step into `log`; its exit code (124: past STEP_TIMEOUT_S), its seconds printed."""
-    print(f"$ {' '.join(cmd)}", flush=True)
-    start = time.monotonic()
-    try:
-        with open(log, "w") as f:
-            code = subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, timeout=STEP_TIMEOUT_S,
-                                  env=environment()).returncode
-    except subprocess.TimeoutExpired:
-        code = 124
-    print(f"  exit {code} after {time.monotonic() - start:.0f} s (log: {log})", flush=True)
-    return code
+class Step:
+    """One step's subprocess, started now and waited for later (the class's CPU regrade, which
+    needs no GPU, runs while the GPU steps do); its log in `log`, its seconds printed at the end."""
+
+    def __init__(self, name: str, cmd: list[str], log: Path):
+        print(f"$ {' '.join(cmd)}", flush=True)
+        self.name, self.log, self.start = name, log, time.monotonic()
+        self._out = open(log, "w")
+        self._proc = subprocess.Popen(cmd, cwd=REPO, stdout=self._out, stderr=subprocess.STDOUT, env=environment())
+
+    def wait(self) -> int:
+        """The exit code (124: past STEP_TIMEOUT_S, and killed)."""
+        try:
+            code = self._proc.wait(timeout=max(1.0, STEP_TIMEOUT_S - (time.monotonic() - self.start)))
+        except subprocess.TimeoutExpired:
+            self.stop()
+            code = 124
+        self._out.close()
+        print(f"  {self.name}: exit {code} after {time.monotonic() - self.start:.0f} s (log: {self.log})", flush=True)
+        return code
+
+    def stop(self) -> None:
+        """Kill it if it still runs (gpu-check stopped early leaves no orphan)."""
+        if self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
 
 
-def collect(out: Path, *, xdist: bool = False) -> dict:
-    """Run the steps; the report as data."""
+def _run(name: str, cmd: list[str], log: Path) -> int:
+    return Step(name, cmd, log).wait()
+
+
+def steps() -> list[str]:
+    """Every step's name, in the order they finish."""
+    return ["tests", *(f"grade {a}" for a in gpu_assignments()),
+            *(f"class {a} {device}" for a in CLASS for device in ("cpu", "cuda")), "kernels"]
+
+
+def collect(out: Path, *, xdist: bool = False, save: Callable[[dict], None] = lambda report: None) -> dict:
+    """Run the steps; the report as data.  `save(report)` after every step, report["pending"]
+    naming the steps not finished: a run stopped half-way (a time limit) leaves a report of what
+    it did, marked INCOMPLETE."""
     from scaletrain.ops.benchmark import gpu_rows
 
     out.mkdir(parents=True, exist_ok=True)
-    report = {"machine": gpu_facts()}
+    report = {"machine": gpu_facts(), "pending": steps(), "tests_exit": None, "tests": [], "grade_exit": 0,
+              "grade": [], "class_exit": 0, "class": [], "kernels": [], "kernels_error": ""}
     report["versions"] = versions(report["machine"])
     cmds = commands(sys.executable, out, xdist=xdist)
-    report["tests_exit"] = _run(cmds["tests"], out / "gpu_tests.log")
-    report["tests"] = junit_outcomes(out / "gpu_tests.xml") if (out / "gpu_tests.xml").is_file() else []
-    report["grade_exit"], report["grade"] = 0, []
-    for a in gpu_assignments():
-        code = _run(cmds[f"grade {a}"], out / f"grade-{a}.log")
-        report["grade_exit"] = max(report["grade_exit"], 0 if code == 3 else code)  # 3: checks not run (one GPU)
-        found = out / f"grade-{a}.json"
-        report["grade"] += gpu_grades(json.loads(found.read_text())) if found.is_file() else []
-    report["class"], report["class_exit"] = [], 0
+
+    def done(step: str) -> None:
+        report["pending"].remove(step)
+        save(report)
+
+    save(report)
     for a in CLASS:
         class_folder(a, out / "class" / a / "submissions")
-        for device in ("cpu", "cuda"):
-            report["class_exit"] |= _run(cmds[f"class {a} {device}"], out / "class" / a / f"regrade-{device}.log")
-        report["class"] += class_rows(a, out / "class" / a / "results")
-    try:  # "% datasheet" of the datasheet (ops.ceiling), not the memory clock's figure
-        report["kernels"], report["kernels_error"] = gpu_rows(), ""
-    except Exception as exc:  # noqa: BLE001 - the report is still written, and says FAIL with the cause
-        report["kernels"], report["kernels_error"] = [], f"{type(exc).__name__}: {exc}"
+    on_cpu = {a: Step(f"class {a} cpu", cmds[f"class {a} cpu"], out / "class" / a / "regrade-cpu.log") for a in CLASS}
+    try:
+        report["tests_exit"] = _run("tests", cmds["tests"], out / "gpu_tests.log")
+        report["tests"] = junit_outcomes(out / "gpu_tests.xml") if (out / "gpu_tests.xml").is_file() else []
+        done("tests")
+        for a in gpu_assignments():
+            code = _run(f"grade {a}", cmds[f"grade {a}"], out / f"grade-{a}.log")
+            report["grade_exit"] = max(report["grade_exit"], 0 if code == 3 else code)  # 3: checks not run (one GPU)
+            found = out / f"grade-{a}.json"
+            report["grade"] += gpu_grades(json.loads(found.read_text())) if found.is_file() else []
+            done(f"grade {a}")
+        for a in CLASS:
+            report["class_exit"] |= on_cpu[a].wait()
+            done(f"class {a} cpu")
+            report["class_exit"] |= _run(f"class {a} cuda", cmds[f"class {a} cuda"], out / "class" / a / "regrade-cuda.log")
+            report["class"] += class_rows(a, out / "class" / a / "results")
+            done(f"class {a} cuda")
+        try:  # "% datasheet" of the datasheet (ops.ceiling), not the memory clock's figure
+            report["kernels"] = gpu_rows()
+        except Exception as exc:  # noqa: BLE001 - the report is still written, and says FAIL with the cause
+            report["kernels_error"] = f"{type(exc).__name__}: {exc}"
+        done("kernels")
+    finally:
+        for step in on_cpu.values():
+            step.stop()
     return report
 
 
@@ -244,7 +289,7 @@ def wants_more_gpus(row: dict) -> bool:
 
 
 def passed(report: dict) -> bool:
-    return (report["tests_exit"] == 0 and report["grade_exit"] == 0 and bool(report["tests"])
+    return (not report.get("pending") and report["tests_exit"] == 0 and report["grade_exit"] == 0 and bool(report["tests"])
             and bool(report["grade"]) and all(r["outcome"] == "passed" or wants_more_gpus(r) for r in report["grade"])
             and report.get("class_exit") == 0 and class_as_expected(report.get("class", []))
             and not report.get("kernels_error"))
@@ -258,7 +303,10 @@ def render(report: dict) -> str:
     machine = report["machine"]
     counts = {k: sum(r["outcome"] == k for r in report["tests"]) for k in ("passed", "failed", "error", "skipped")}
     not_passed = [r for r in report["grade"] if r["outcome"] != "passed"]
-    lines = [f"# GPU check: {'PASS' if passed(report) else 'FAIL'}", "",
+    verdict = "INCOMPLETE" if report.get("pending") else "PASS" if passed(report) else "FAIL"
+    lines = [f"# GPU check: {verdict}", "",
+             *([f"Not finished (stopped, or still running): {', '.join(report['pending'])}", ""]
+               if report.get("pending") else []),
              " · ".join(f"{k} {v}" for k, v in machine.items()), "", *_versions_section(report),
              f"## gpu-marked tests (pytest exit {report['tests_exit']})", "",
              ", ".join(f"{v} {k}" for k, v in counts.items()), ""]
@@ -311,12 +359,16 @@ def main(out: str = "bench_out/gpu_check") -> int:
     return 2  # not reached
 
 
+def save(report: dict, folder: Path) -> None:
+    """report.json and report.md as they stand (written again after every step)."""
+    (folder / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+    (folder / "report.md").write_text(render(report))
+
+
 def _check(folder: Path) -> int:
     import importlib.util
 
-    report = collect(folder, xdist=importlib.util.find_spec("xdist") is not None)
-    (folder / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
-    (folder / "report.md").write_text(render(report))
+    report = collect(folder, xdist=importlib.util.find_spec("xdist") is not None, save=lambda r: save(r, folder))
     print(render(report))
     print(f"wrote {folder / 'report.md'} and {folder / 'report.json'}")
     return 0 if passed(report) else 1

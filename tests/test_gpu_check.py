@@ -176,3 +176,59 @@ def test_the_class_passes_only_as_expected_and_is_in_the_report():
     for bad in (_class(solution="96"), _class(stub="3"), _class(planted="100"), _class(pending="4"), _class()[:2], []):
         assert not gpu_check.passed({**good, "class": bad}), bad
     assert not gpu_check.passed({**good, "class_exit": 1})
+
+
+def _fake_steps(monkeypatch, tmp_path, cpu_regrade: str, tests: str = "true"):
+    """collect() with every step a shell command: `tests` and `cpu_regrade` as given, the rest `true`;
+    the machine facts and the kernel rows faked (no GPU here)."""
+    from scaletrain.ops import benchmark
+
+    monkeypatch.setattr(gpu_check, "gpu_facts", lambda: {"gpu": "fake", "torch": "2.11.0", "triton": "3.6.0"})
+    monkeypatch.setattr(benchmark, "gpu_rows", lambda: [])
+
+    def commands(python, out, *, xdist=False):
+        cmds = {name: ["true"] for name in gpu_check.steps() if name != "kernels"}
+        cmds["tests"] = ["sh", "-c", tests]
+        cmds.update({f"class {a} cpu": ["sh", "-c", cpu_regrade] for a in gpu_check.CLASS})
+        return cmds
+
+    monkeypatch.setattr(gpu_check, "commands", commands)
+
+
+def test_a_report_is_written_after_every_step_and_says_incomplete_until_the_last(tmp_path, monkeypatch):
+    """A run stopped by a time limit still leaves what it finished; only the full run can PASS."""
+    _fake_steps(monkeypatch, tmp_path, cpu_regrade="true")
+    seen = []
+    gpu_check.collect(tmp_path / "out", save=lambda r: seen.append((list(r["pending"]), gpu_check.render(r))))
+    assert [p for p, _ in seen][0] == gpu_check.steps() and seen[-1][0] == []
+    assert all(len(a) == len(b) + 1 for (a, _), (b, _) in zip(seen, seen[1:])), "one step finished per save"
+    for pending, text in seen[:-1]:
+        assert text.startswith("# GPU check: INCOMPLETE") and ", ".join(pending) in text
+    assert not seen[-1][1].startswith("# GPU check: INCOMPLETE")
+
+
+def test_the_class_cpu_regrade_runs_beside_the_gpu_tests(tmp_path, monkeypatch):
+    """The tests step waits (up to 30 s) for a file the CPU regrade writes: it only finishes at once
+    if the two run at the same time."""
+    flag = tmp_path / "cpu-started"
+    _fake_steps(monkeypatch, tmp_path, cpu_regrade=f"touch {flag}",
+                tests=f"for i in $(seq 300); do [ -e {flag} ] && exit 0; sleep 0.1; done; exit 7")
+    report = gpu_check.collect(tmp_path / "out")
+    assert report["tests_exit"] == 0 and report["pending"] == []
+
+
+def test_stopped_half_way_it_leaves_no_regrade_running(tmp_path, monkeypatch):
+    """An interrupt after the first step (the device's time limit, ^C) kills the CPU regrade."""
+    pid_file = tmp_path / "pid"
+    _fake_steps(monkeypatch, tmp_path, cpu_regrade=f"echo $$ > {pid_file}; exec sleep 60",
+                tests=f"while [ ! -s {pid_file} ]; do sleep 0.1; done")
+
+    def save(report):
+        if "tests" not in report["pending"]:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        gpu_check.collect(tmp_path / "out", save=save)
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)

@@ -18,6 +18,7 @@ FLOORS = {
     "scaletrain": 0, "scaletrain.launch": 0, "scaletrain.bench": 0, "scaletrain.models": 0,
     "scaletrain.memory": 0, "scaletrain.memory_measure": 0, "scaletrain.testing": 0, "scaletrain.data": 0,
     "scaletrain.student_code": 0, "scaletrain.student_files": 0, "scaletrain.bench_cli": 0,
+    "scaletrain.bench_gpu": 0,
     # 1: collectives, kernels, pipeline schedules, mixed precision
     "scaletrain.comm": 1, "scaletrain.ops": 1, "scaletrain.pipeline": 1, "scaletrain.precision": 1,
     # 2: data and tensor parallelism (on comm), offloading (on precision), inference (on the models and ops)
