@@ -106,7 +106,37 @@ def strided_case():
                  what="strided softmax")
 
 
+def one_pass_dwdb_case(programs):
+    """dw and db from the dx kernel's partial rows alone (the second kernel made to raise), with at
+    most `programs` persistent programs, against the two-pass result and float64 torch; rows longer
+    than a tile still take the second kernel."""
+    from scaletrain.ops import conformance
+    from scaletrain.ops.backends import KERNELS_DIR, get_backend, load_kernel_module
+    ln = load_kernel_module(KERNELS_DIR / "layer_norm_triton.py")
+    second, chooser = ln.layer_norm_bwd_dwdb_kernel, ln.dx_programs
+
+    class Raises:
+        def __getitem__(self, grid):
+            raise AssertionError("the second dw/db kernel ran where the row fits one tile")
+    try:
+        ln.layer_norm_bwd_dwdb_kernel = Raises()
+        if programs is not None:
+            ln.dx_programs = lambda x, blocks: min(blocks, programs)
+        for shape in ((613, 781), (4099, 64), (5, 3)):
+            conformance.layer_norm_backward(get_backend("triton"), shape, grads=("dweight", "dbias"))
+        ln.layer_norm_bwd_dwdb_kernel = second
+        ln.FUSE_DWDB = False
+        conformance.layer_norm_backward(get_backend("triton"), (613, 781), grads=("dweight", "dbias"))
+    finally:
+        ln.layer_norm_bwd_dwdb_kernel, ln.dx_programs, ln.FUSE_DWDB = second, chooser, True
+
+
 # ---- tests ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("programs", [None, 1, 3])
+def test_layer_norm_dweight_dbias_in_one_pass(interp, programs):
+    interp(one_pass_dwdb_case, programs)
+
+
 def test_softmax_irregular_rows_through_autograd(interp):
     interp(autograd_softmax_case, (1823, 781))
 

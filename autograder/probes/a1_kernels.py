@@ -47,24 +47,31 @@ class _NoLaunch:
 
 
 @contextlib.contextmanager
-def _launch_setup(stem: str, interpret: bool, *, nan_outputs: bool, skip: tuple[str, ...], tile=None):
+def _launch_setup(stem: str, interpret: bool, *, nan_outputs: bool, skip: tuple[str, ...], tile=None,
+                  programs=None):
     """The grader's wrappers with the student's kernels; `tile` (BLOCK_M, BLOCK_N): the tile the
-    wrappers launch with instead of the launcher's choice (a kernel must be right for any)."""
+    wrappers launch with instead of the launcher's choice (a kernel must be right for any);
+    `programs`: at most that many persistent programs for LayerNorm's dx kernel. Without the dx
+    kernel (`skip`), dw and db come from the second kernel alone (FUSE_DWDB off)."""
     grader = graft(stem, KERNELS[stem], interpret)
-    kernels = {name: getattr(grader, name) for name in skip}
-    chooser = grader.tile_shape
+    given = {name: getattr(grader, name) for name in (*skip, "tile_shape", "FUSE_DWDB", "dx_programs")
+             if hasattr(grader, name)}
     grader.torch = NanOutputs() if nan_outputs else torch
     for name in skip:
         setattr(grader, name, _NoLaunch())
+    if "layer_norm_bwd_dx_kernel" in skip:
+        grader.FUSE_DWDB = False
     if tile is not None:
         block_m, block_n = (int(b) for b in tile)
         grader.tile_shape = lambda x: (block_m, block_n, x.shape[1] <= block_n)
+    if programs is not None:
+        grader.dx_programs = lambda x, blocks: min(blocks, int(programs))
     try:
         yield grader
     finally:
-        grader.torch, grader.tile_shape = torch, chooser
-        for name, kernel in kernels.items():
-            setattr(grader, name, kernel)
+        grader.torch = torch
+        for name, value in given.items():
+            setattr(grader, name, value)
 
 
 @functools.cache
@@ -119,9 +126,9 @@ def cuda_cpu_launches() -> list[str]:
 
 
 def _function(op: str, kernels: str, stack: contextlib.ExitStack, *, interpret: bool, nan_outputs: bool,
-              skip: tuple[str, ...], tile=None):
+              skip: tuple[str, ...], tile=None, programs=None):
     if kernels in ("cuda", "cuda-cpu"):
-        if skip or tile is not None:
+        if skip or tile is not None or programs is not None:
             raise ValueError("grader bug: the CUDA extension launches its kernels itself")
         if kernels == "cuda-cpu":
             from scaletrain.ops.toolchain import cuda_cpu
@@ -130,7 +137,7 @@ def _function(op: str, kernels: str, stack: contextlib.ExitStack, *, interpret: 
             return getattr(cuda_cpu.make_backend(_cuda_sources(), include=KERNELS_DIR), op)
         return getattr(_cuda_backend(), op)
     grader = stack.enter_context(_launch_setup(WRAPPERS[op], interpret, nan_outputs=nan_outputs, skip=skip,
-                                               tile=tile))
+                                               tile=tile, programs=programs))
     return getattr(grader, op)
 
 
@@ -147,15 +154,17 @@ def _arg(value, device: str):
 
 
 def run(op: str, args: list, *, device: str = "cpu", kernels: str = "triton", interpret: bool = True,
-        skip: tuple[str, ...] = (), tile=None):
+        skip: tuple[str, ...] = (), tile=None, programs=None):
     """The outputs of the grader's wrapper `op` (softmax_fwd, ..., layer_norm_bwd) on `args`,
     launching the student's kernels (`kernels`: "triton", "cuda" or "cuda-cpu"); the kernels in `skip` are
-    not launched (task 1.5 is graded without task 1.4's kernel); `tile`: (BLOCK_M, BLOCK_N) forced."""
+    not launched (task 1.5 is graded without task 1.4's kernel); `tile`: (BLOCK_M, BLOCK_N) forced;
+    `programs`: LayerNorm's dx kernel launched with at most that many persistent programs."""
     args = [_arg(a, device) for a in args]
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     before = [t.clone() for t in tensors]
     with contextlib.ExitStack() as stack:
-        fn = _function(op, kernels, stack, interpret=interpret, nan_outputs=True, skip=tuple(skip), tile=tile)
+        fn = _function(op, kernels, stack, interpret=interpret, nan_outputs=True, skip=tuple(skip), tile=tile,
+                       programs=programs)
         with forbid_aten(*LIBRARY_KERNELS):
             out = unwrap_stub(fn)(*args)
     if any(not torch.equal(t, b) for t, b in zip(tensors, before)):

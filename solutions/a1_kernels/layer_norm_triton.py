@@ -11,8 +11,14 @@ Backward for x ("Rewrite Reduction: LayerNorm Backward", same lecture; notebooks
 checks the slide's form, which prints sigma where sigma^2 belongs): the two row reductions the
 rewrite needs are independent, so they happen in one pass. Derive dx yourself and evaluate it so
 that it is exactly 0 at N = 1 on a GPU too (fused multiply-adds; the a1 handout says why).
-Backward for w and b: a reduction ACROSS rows: programs own (row group, column block) tiles and
-write fp32 partial sums, summed at the end by the given wrapper.
+Backward for w and b: a reduction ACROSS rows, of the same x and dy the dx kernel reads. Where a
+row fits one tile, the dx kernel's programs are persistent (each owns every num_programs-th row
+block) and each also sums its rows' share of dw and db into an fp32 partial row, which the
+wrapper adds over programs: x and dy are read from memory once for all three gradients (the
+anchors' design: Triton's fused LayerNorm tutorial, Liger-Kernel). Two kernels (dx, then a
+second pass over x and dy for dw and db) move 5 row-lengths where 3 suffice, which caps them at
+3/5 of the copy bandwidth. Longer rows, whose column sums do not fit a program's registers, take
+that second kernel: programs own (row group, column block) tiles and write fp32 partial sums.
 
 Tiles (scaletrain/ops/tiles.py), fp32 arithmetic and the interpreter as in softmax_triton.py.
 """
@@ -89,15 +95,16 @@ def layer_norm_fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, rows, 
 
 
 @triton.jit
-def _load_x_g(dy_ptr, x_ptr, w_ptr, offs, col, inside, cmask, HAS_W: tl.constexpr):
-    """fp32 tiles x and g = w * dy (0 outside). g is rounded once, by an explicit fma with 0: a plain
-    product lets the compiler fuse it unrounded into a later `g - mean_g` while `mean_g` holds the
-    rounded one (on an H200 this left fp32 dx at 4e-5 for N = 1 instead of 0)."""
+def _load_x_dy_g(dy_ptr, x_ptr, w_ptr, offs, col, inside, cmask, HAS_W: tl.constexpr):
+    """fp32 tiles x, dy and g = w * dy (0 outside). g is rounded once, by an explicit fma with 0: a
+    plain product lets the compiler fuse it unrounded into a later `g - mean_g` while `mean_g` holds
+    the rounded one (on an H200 this left fp32 dx at 4e-5 for N = 1 instead of 0)."""
     x = tl.load(x_ptr + offs, mask=inside, other=0.0).to(tl.float32)
-    g = tl.load(dy_ptr + offs, mask=inside, other=0.0).to(tl.float32)
+    dy = tl.load(dy_ptr + offs, mask=inside, other=0.0).to(tl.float32)
+    g = dy
     if HAS_W:
-        g = tl.fma(g, tl.load(w_ptr + col, mask=cmask, other=0.0).to(tl.float32)[None, :], 0.0)
-    return x, g
+        g = tl.fma(dy, tl.load(w_ptr + col, mask=cmask, other=0.0).to(tl.float32)[None, :], 0.0)
+    return x, dy, g
 
 
 @triton.jit
@@ -116,40 +123,55 @@ def _dx(x, g, mean, rstd, sum_g, sum_gx, cols):
 
 
 @triton.jit
-def layer_norm_bwd_dx_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, rows, cols,
-                             HAS_W: tl.constexpr, SINGLE_TILE: tl.constexpr,
+def layer_norm_bwd_dx_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_w_ptr, part_b_ptr, rows, cols,
+                             HAS_W: tl.constexpr, PARTIALS: tl.constexpr, SINGLE_TILE: tl.constexpr,
                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """dx for the BLOCK_M rows of program_id(0) by the rewrite: one pass for the row reductions
-    (g = w * dy comes from _load_x_g), then _dx; mean and rstd come from the forward. Any row
-    length: when SINGLE_TILE the tiles can stay in registers between the two steps."""
-    row = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    """dx for the row blocks program_id(0), program_id(0) + num_programs(0), ... of BLOCK_M rows (a
+    persistent program), by the rewrite: one pass for the row reductions (x, dy and g = w * dy come
+    from _load_x_dy_g), then _dx; mean and rstd come from the forward. Any row length: when
+    SINGLE_TILE the tiles can stay in registers between the two steps.
+    PARTIALS (given only with SINGLE_TILE): the program also stores, in fp32, the sums over the
+    rows it owned of dy * x̂ at part_w[program_id(0), :cols] and of dy at part_b[program_id(0),
+    :cols] (x̂ = (x - mean) * rstd); the wrapper adds them over programs into dweight and dbias."""
     col = tl.arange(0, BLOCK_N)
-    row_ok = row < rows
-    mean = tl.load(mean_ptr + row, mask=row_ok, other=0.0)
-    rstd = tl.load(rstd_ptr + row, mask=row_ok, other=0.0)
-    if SINGLE_TILE:  # x and g stay in registers between the reduction and the write
-        cmask = col < cols
-        inside = row_ok[:, None] & cmask[None, :]
-        offs = row[:, None] * cols + col[None, :]
-        x, g = _load_x_g(dy_ptr, x_ptr, w_ptr, offs, col, inside, cmask, HAS_W)
-        dx = _dx(x, g, mean, rstd, tl.sum(g, axis=1), tl.sum(g * x, axis=1), cols)
-        tl.store(dx_ptr + offs, dx, mask=inside)
-    else:
-        sum_g = tl.zeros((BLOCK_M,), tl.float32)
-        sum_gx = tl.zeros((BLOCK_M,), tl.float32)
-        for start in range(0, cols, BLOCK_N):
-            cmask = start + col < cols
+    tl.static_assert(SINGLE_TILE or not PARTIALS, "column partials need the row in one tile")
+    cmask = col < cols
+    acc_w = tl.zeros((BLOCK_N,), tl.float32)
+    acc_b = tl.zeros((BLOCK_N,), tl.float32)
+    for block in range(tl.program_id(0), tl.cdiv(rows, BLOCK_M), tl.num_programs(0)):
+        row = (block * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)  # int64: row * cols may pass 2**31
+        row_ok = row < rows
+        mean = tl.load(mean_ptr + row, mask=row_ok, other=0.0)
+        rstd = tl.load(rstd_ptr + row, mask=row_ok, other=0.0)
+        if SINGLE_TILE:  # x and g stay in registers between the reduction and the write
             inside = row_ok[:, None] & cmask[None, :]
-            offs = row[:, None] * cols + start + col[None, :]
-            x, g = _load_x_g(dy_ptr, x_ptr, w_ptr, offs, start + col, inside, cmask, HAS_W)
-            sum_g += tl.sum(g, axis=1)
-            sum_gx += tl.sum(g * x, axis=1)
-        for start in range(0, cols, BLOCK_N):
-            cmask = start + col < cols
-            inside = row_ok[:, None] & cmask[None, :]
-            offs = row[:, None] * cols + start + col[None, :]
-            x, g = _load_x_g(dy_ptr, x_ptr, w_ptr, offs, start + col, inside, cmask, HAS_W)
-            tl.store(dx_ptr + offs, _dx(x, g, mean, rstd, sum_g, sum_gx, cols), mask=inside)
+            offs = row[:, None] * cols + col[None, :]
+            x, dy, g = _load_x_dy_g(dy_ptr, x_ptr, w_ptr, offs, col, inside, cmask, HAS_W)
+            dx = _dx(x, g, mean, rstd, tl.sum(g, axis=1), tl.sum(g * x, axis=1), cols)
+            tl.store(dx_ptr + offs, dx, mask=inside)
+            if PARTIALS:  # masked rows and columns hold dy = 0: they add nothing
+                acc_w += tl.sum(dy * ((x - mean[:, None]) * rstd[:, None]), axis=0)
+                acc_b += tl.sum(dy, axis=0)
+        else:
+            sum_g = tl.zeros((BLOCK_M,), tl.float32)
+            sum_gx = tl.zeros((BLOCK_M,), tl.float32)
+            for start in range(0, cols, BLOCK_N):
+                cmask_s = start + col < cols
+                inside = row_ok[:, None] & cmask_s[None, :]
+                offs = row[:, None] * cols + start + col[None, :]
+                x, dy, g = _load_x_dy_g(dy_ptr, x_ptr, w_ptr, offs, start + col, inside, cmask_s, HAS_W)
+                sum_g += tl.sum(g, axis=1)
+                sum_gx += tl.sum(g * x, axis=1)
+            for start in range(0, cols, BLOCK_N):
+                cmask_s = start + col < cols
+                inside = row_ok[:, None] & cmask_s[None, :]
+                offs = row[:, None] * cols + start + col[None, :]
+                x, dy, g = _load_x_dy_g(dy_ptr, x_ptr, w_ptr, offs, start + col, inside, cmask_s, HAS_W)
+                tl.store(dx_ptr + offs, _dx(x, g, mean, rstd, sum_g, sum_gx, cols), mask=inside)
+    if PARTIALS:
+        pid = tl.program_id(0).to(tl.int64)
+        tl.store(part_w_ptr + pid * cols + col, acc_w, mask=cmask)
+        tl.store(part_b_ptr + pid * cols + col, acc_b, mask=cmask)
 
 
 @triton.jit
@@ -206,24 +228,45 @@ def layer_norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Ten
     return y, mean, rstd
 
 
+def dx_programs(x: torch.Tensor, row_blocks: int) -> int:
+    """Programs of the dx kernel when it also sums dw and db: two per SM on a GPU, about as many as
+    fit at once (128 registers a thread: two 8-warp programs per SM), so none waits for a second
+    wave; each then owns row_blocks / programs blocks, and its partial rows (8 bytes per column,
+    written and read again) are a small share of the 3 row-lengths every row moves. A few in the
+    interpreter (~1 ms of Python per program)."""
+    if x.is_cuda:
+        return min(row_blocks, 2 * torch.cuda.get_device_properties(x.device).multi_processor_count)
+    return min(row_blocks, 4)
+
+
+FUSE_DWDB = True  # False: dw and db always come from the second kernel (two passes over x and dy)
+
+
 def layer_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mean: torch.Tensor,
                    rstd: torch.Tensor, need_dweight: bool, need_dbias: bool
                    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """(dx, dweight or None, dbias or None) for contiguous (rows, cols) `dy` and `x`."""
+    """(dx, dweight or None, dbias or None) for contiguous (rows, cols) `dy` and `x`. Rows that fit
+    one tile get all three from the dx kernel (partial sums per program, added here); longer rows,
+    or FUSE_DWDB off, get dw and db from layer_norm_bwd_dwdb_kernel."""
     rows, cols = x.shape
     dx = torch.empty_like(x)
     block_m, block_n, single = tile_shape(x)
-    layer_norm_bwd_dx_kernel[(triton.cdiv(rows, block_m),)](
-        dy, x, weight if weight is not None else x, mean, rstd, dx, rows, cols,
-        HAS_W=weight is not None, SINGLE_TILE=single, BLOCK_M=block_m, BLOCK_N=block_n,
+    blocks = triton.cdiv(rows, block_m)
+    fused = single and FUSE_DWDB and (need_dweight or need_dbias)
+    programs = dx_programs(x, blocks) if fused else blocks
+    partial = torch.empty(2, programs if fused else 1, cols, dtype=torch.float32, device=x.device)  # (dw, db)
+    layer_norm_bwd_dx_kernel[(programs,)](
+        dy, x, weight if weight is not None else x, mean, rstd, dx, partial[0], partial[1], rows, cols,
+        HAS_W=weight is not None, PARTIALS=fused, SINGLE_TILE=single, BLOCK_M=block_m, BLOCK_N=block_n,
         num_warps=_num_warps(block_m, block_n))
     if not (need_dweight or need_dbias):
         return dx, None, None
-    rows_per_group, block_m, block_n = dwdb_tiles(x)
-    groups = triton.cdiv(rows, rows_per_group)
-    partial = torch.empty(2, groups, cols, dtype=torch.float32, device=x.device)  # (dw, db) partials
-    layer_norm_bwd_dwdb_kernel[(groups, triton.cdiv(cols, block_n))](
-        dy, x, mean, rstd, partial[0], partial[1], rows, cols,
-        ROWS_PER_GROUP=rows_per_group, BLOCK_M=block_m, BLOCK_N=block_n)
-    dw, db = partial.sum(dim=1).to(x.dtype)  # groups x cols fp32 -> cols: a small second stage
+    if not fused:
+        rows_per_group, block_m, block_n = dwdb_tiles(x)
+        groups = triton.cdiv(rows, rows_per_group)
+        partial = torch.empty(2, groups, cols, dtype=torch.float32, device=x.device)
+        layer_norm_bwd_dwdb_kernel[(groups, triton.cdiv(cols, block_n))](
+            dy, x, mean, rstd, partial[0], partial[1], rows, cols,
+            ROWS_PER_GROUP=rows_per_group, BLOCK_M=block_m, BLOCK_N=block_n)
+    dw, db = partial.sum(dim=1).to(x.dtype)  # programs (or groups) x cols fp32 -> cols: a small second stage
     return dx, dw if need_dweight else None, db if need_dbias else None

@@ -37,7 +37,7 @@ Roles: `names` (files, kernels, check names), `planted` (with CUDA_BUGS), `judge
 
 from autograder.manifest import Check, Group, Manifest, Task
 
-from .names import (C_DWDB, C_HUGE, C_LN_AFFINE, C_LN_BF16, C_LN_DX, C_LN_DX_BF16, C_LN_DX_FP16, C_LN_DX_NO_W,
+from .names import (C_DWDB, C_HUGE, C_LN_PARTIALS, C_LN_AFFINE, C_LN_BF16, C_LN_DX, C_LN_DX_BF16, C_LN_DX_FP16, C_LN_DX_NO_W,
                     C_LN_DX_TILES, C_LN_FP16, C_LN_FWD, C_LN_SHIFT, C_LN_TILES, C_PREFIX, C_SM_BF16, C_SM_BWD,
                     C_SM_BWD_BF16, C_SM_BWD_EVEN, C_SM_BWD_FP16, C_SM_BWD_TILES, C_SM_CAUSAL, C_SM_EVEN, C_SM_FP16,
                     C_SM_FWD, C_SM_LONG, C_SM_MASK, C_SM_TILES, C_SMOKE, COMPUTES, CUDA_KERNELS, EMULATED,
@@ -84,8 +84,8 @@ MANIFEST = Manifest(
             Check("1.3", C_LN_FWD, 5), Check("1.3", C_LN_AFFINE, 2), Check("1.3", C_LN_SHIFT, 2),
             Check("1.3", C_LN_FP16, 1), Check("1.3", C_LN_BF16, 1), Check("1.3", C_LN_TILES, 1),
             Check("1.4", C_LN_DX, 4), Check("1.4", C_LN_DX_NO_W, 2), Check("1.4", C_LN_DX_FP16, 1),
-            Check("1.4", C_LN_DX_BF16, 1), Check("1.4", C_LN_DX_TILES, 1),
-            Check("1.5", C_DWDB, 5),
+            Check("1.4", C_LN_DX_BF16, 1), Check("1.4", C_LN_DX_TILES, 1), Check("1.4", C_LN_PARTIALS, 2),
+            Check("1.5", C_DWDB, 3),
         )),
         Group("compile_triton", _S + "judge:group_compile_triton", timeout_s=300, trusted=True, checks=tuple(
             Check(task, triton_compile_check(task), 1, needs=COMPUTES[task]) for task in TRITON_KERNELS)),

@@ -17,6 +17,10 @@ SM_BWD = ((613, 781), (7, 1), (2, 3, 45), (3, 9001), (31, 257))
 SM_BWD_EVEN = ((64, 256), (16, 1024))
 LN_SHAPES = ((613, 781), (7, 1), (2, 3, 45), (300, 3), (3, 9001), (31, 257))
 DWDB_SHAPES = ((613, 781), (1037, 3), (3, 9001), (301, 97))
+# rows in one tile: dw and db from the dx kernel's partial sums, with at most this many persistent
+# programs (None: the launcher's count), so a program owns several row blocks or one
+PARTIAL_PROGRAMS = (3, None, 1, 2)
+PARTIAL_SHAPES = ((613, 781), (1037, 3), (301, 97), (4099, 64))
 # tiles the launcher does not pick for these shapes: one row per program, rows of several tiles, a
 # tile wider than the row (padding), a partial last program
 TILES = ((1, 16), (2, 32), (8, 64), (4, 128))

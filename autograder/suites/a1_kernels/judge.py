@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from autograder import checks
 
-from .inputs import (CAUSAL_CASES, DWDB_SHAPES, LN_SHAPES, MASK_CASES, SM_16BIT, SM_BWD, SM_BWD_EVEN, SM_EVEN,
+from .inputs import (CAUSAL_CASES, DWDB_SHAPES, LN_SHAPES, PARTIAL_PROGRAMS, PARTIAL_SHAPES, MASK_CASES, SM_16BIT, SM_BWD, SM_BWD_EVEN, SM_EVEN,
                      SM_LONG, SM_RAGGED, TILE_SHAPES, TILES)
-from .names import (C_DWDB, C_HUGE, C_LN_AFFINE, C_LN_BF16, C_LN_DX, C_LN_DX_BF16, C_LN_DX_FP16, C_LN_DX_NO_W,
+from .names import (C_DWDB, C_HUGE, C_LN_PARTIALS, C_LN_AFFINE, C_LN_BF16, C_LN_DX, C_LN_DX_BF16, C_LN_DX_FP16, C_LN_DX_NO_W,
                     C_LN_DX_TILES, C_LN_FP16, C_LN_FWD, C_LN_SHIFT, C_LN_TILES, C_PREFIX, C_SM_BF16, C_SM_BWD,
                     C_SM_BWD_BF16, C_SM_BWD_EVEN, C_SM_BWD_FP16, C_SM_BWD_TILES, C_SM_CAUSAL, C_SM_EVEN, C_SM_FP16,
                     C_SM_FWD, C_SM_LONG, C_SM_MASK, C_SM_TILES, C_SMOKE, PROBE, TRITON_KERNELS, triton_compile_check)
@@ -37,10 +37,11 @@ def _on(value, device):
     return value.to(device) if hasattr(value, "to") else value
 
 
-def remote_backend(ctx, kernels: str = "triton", skip: tuple[str, ...] = (), tile=None):
+def remote_backend(ctx, kernels: str = "triton", skip: tuple[str, ...] = (), tile=None, programs=None):
     """The student's kernels as a scaletrain.ops Backend whose four functions run in the worker
     (each call: inputs out, outputs back); `skip`: kernels the grader's wrapper does not launch;
-    `tile`: (BLOCK_M, BLOCK_N) the grader's wrappers launch with instead of the launcher's choice."""
+    `tile`: (BLOCK_M, BLOCK_N) the grader's wrappers launch with instead of the launcher's choice;
+    `programs`: the most persistent programs LayerNorm's dx kernel is launched with."""
     from scaletrain.ops.backends import Backend
 
     worker = ctx.untrusted()
@@ -48,6 +49,8 @@ def remote_backend(ctx, kernels: str = "triton", skip: tuple[str, ...] = (), til
     kw = dict(device=device, kernels=kernels, interpret=ctx.device != "cuda", skip=list(skip))
     if tile is not None:
         kw["tile"] = list(tile)
+    if programs is not None:
+        kw["programs"] = int(programs)
 
     def op(name):
         def call(*args):
@@ -164,7 +167,14 @@ def _layer_norm_backward(ctx, cf, st, seeds, shapes) -> None:
         for tile in TILES:
             for shape, seed in zip(TILE_SHAPES, seeds):
                 cf.layer_norm_backward(remote_backend(ctx, tile=tile), shape, seed=seed, grads=("dx",), device=dev)
-    # task 1.5 on its own: the wrapper launches the dx kernel (task 1.4) first; here it does not
+    with ctx.check(C_LN_PARTIALS):  # rows in one tile: dw and db are the dx kernel's partial sums
+        for programs, shape, seed in zip(PARTIAL_PROGRAMS, PARTIAL_SHAPES, seeds):
+            cf.layer_norm_backward(remote_backend(ctx, programs=programs), shape, seed=seed,
+                                   grads=("dweight", "dbias"), device=dev)
+        cf.layer_norm_backward(remote_backend(ctx, tile=(2, 128), programs=5), (67, 100), dtype="bf16",
+                               grads=("dweight", "dbias"), device=dev)
+    # task 1.5 on its own: the wrapper launches the dx kernel (task 1.4) first; here it does not, and
+    # dw and db come from the second kernel for every row length
     alone = remote_backend(ctx, skip=("layer_norm_bwd_dx_kernel",))
     with ctx.check(C_DWDB):
         for shape, seed in zip(DWDB_SHAPES, seeds):

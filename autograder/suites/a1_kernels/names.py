@@ -42,7 +42,8 @@ C_LN_DX_NO_W = "layer_norm backward dx without weight"
 C_LN_DX_FP16 = "layer_norm backward dx with fp16 storage"
 C_LN_DX_BF16 = "layer_norm backward dx with bf16 storage"
 C_LN_DX_TILES = "layer_norm backward dx under tiles other than the launcher's"
-C_DWDB = "layer_norm backward dweight and dbias"
+C_LN_PARTIALS = "layer_norm backward dweight and dbias from the dx kernel's per-program partial sums"
+C_DWDB = "layer_norm backward dweight and dbias from the second kernel alone (any row length)"
 
 # a kernel's compile check is granted only with its correctness in the same run: an empty kernel compiles
 COMPUTES = {"1.1": (C_SMOKE, C_SM_FWD), "1.2": (C_SM_BWD,), "1.3": (C_LN_FWD,), "1.4": (C_LN_DX,), "1.5": (C_DWDB,)}

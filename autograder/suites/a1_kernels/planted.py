@@ -6,7 +6,7 @@ from __future__ import annotations
 from autograder.attacks import kernel_attacks
 from autograder.manifest import REPO, Planted
 
-from .names import (C_DWDB, C_HUGE, C_LN_DX, C_LN_FWD, C_PREFIX, C_SM_CAUSAL, C_SM_FWD, C_SM_LONG,
+from .names import (C_DWDB, C_HUGE, C_LN_PARTIALS, C_LN_DX, C_LN_FWD, C_PREFIX, C_SM_CAUSAL, C_SM_FWD, C_SM_LONG,
                     C_SM_MASK, C_SMOKE, EMULATED, LN, LNC, SM, SMC, triton_compile_check)
 
 # Bugs the emulator must catch (the selftest plants them; tests/test_cuda_cpu.py too): file, old, new.
@@ -88,8 +88,16 @@ PLANTED = (
     Planted("the slide's slip: one power of rstd short (sigma where sigma^2 belongs)", LN,
             ("c = rstd * (sum_gx - mean * sum_g) / n", "c = (sum_gx - mean * sum_g) / n"),
             groups=("layer_norm",),
-            expect={C_LN_DX: "failed", C_DWDB: "passed",
+            expect={C_LN_DX: "failed", C_DWDB: "passed", C_LN_PARTIALS: "passed",
                     C_LN_FWD: "passed"}),
+    Planted("dw's partial sums of dy * x, not dy * x-hat", LN,
+            ("acc_w += tl.sum(dy * ((x - mean[:, None]) * rstd[:, None]), axis=0)", "acc_w += tl.sum(dy * x, axis=0)"),
+            groups=("layer_norm",), expect={C_LN_PARTIALS: "failed", C_LN_DX: "passed", C_DWDB: "passed"}),
+    Planted("persistent programs that step by one row block, not by the number of programs", LN,
+            ("for block in range(tl.program_id(0), tl.cdiv(rows, BLOCK_M), tl.num_programs(0)):",
+             "for block in range(tl.program_id(0), tl.cdiv(rows, BLOCK_M)):"),
+            groups=("layer_norm",),  # dx is right (written again, with the same values); the sums count rows twice
+            expect={C_LN_PARTIALS: "failed", C_LN_DX: "passed", C_DWDB: "passed"}),
     Planted("infinite loop in the kernel", SM,
             ("        row_max = tl.max(x, axis=1)\n",
              "        while True:\n            pass\n        row_max = tl.max(x, axis=1)\n"),

@@ -10,8 +10,10 @@ for an (M, N) input with fp32 storage (M-sized statistics and N-sized parameters
     techniques-for-large-scale-training.md: read 5MN + 2M, write 3MN + 2M.
     `count_traffic` measures the same numbers by watching every aten op (tests compare).
   * FUSED: the kernels in kernels/ with the row held on chip (one read, one write); rows longer
-    than one tile are read twice (`looped=True`).  LayerNorm backward = the dx kernel
-    (read x, dy; write dx) + the dw/db reduction (reads x, dy again), as torch's own kernel.
+    than one tile are read twice (`looped=True`).  LayerNorm backward in Triton: the dx kernel
+    (read x, dy; write dx) also writes one fp32 row of dw and db partial sums per program, which
+    a small sum reads back; with `dwdb_pass` (the CUDA kernels, rows longer than a tile, or
+    FUSE_DWDB off) a second kernel reads x and dy again instead, as torch's own kernel does.
   * MINIMUM: every input read once, every output written once.  The benchmark's GB/s uses it
     (the convention of the Triton tutorials' benchmarks: 2 numel for softmax and LayerNorm forward,
     3 numel for the backwards).
@@ -26,7 +28,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-__all__ = ["Traffic", "OPS", "naive", "fused", "minimum", "count_traffic", "traffic_rows", "attention_naive",
+__all__ = ["Traffic", "OPS", "PROGRAMS", "naive", "fused", "minimum", "count_traffic", "traffic_rows", "attention_naive",
            "attention_fused", "attention_minimum", "attention_rows"]
 
 OPS = (("softmax", "fwd"), ("softmax", "bwd"), ("layer_norm", "fwd"), ("layer_norm", "bwd"))
@@ -73,13 +75,24 @@ def minimum(op: str, direction: str, m: int, n: int) -> Traffic:
     return _MINIMUM[(op, direction)](m, n)
 
 
-def fused(op: str, direction: str, m: int, n: int, *, looped: bool = False) -> Traffic:
-    """The kernels' traffic; `looped`: rows longer than a tile, streamed twice."""
+PROGRAMS = 264  # the Triton LayerNorm dx kernel's persistent programs on an H100: 2 per SM (dx_programs)
+
+
+def fused(op: str, direction: str, m: int, n: int, *, looped: bool = False, dwdb_pass: bool = False,
+          programs: int = PROGRAMS) -> Traffic:
+    """The kernels' traffic; `looped`: rows longer than a tile, streamed twice; `dwdb_pass` (and
+    `looped`): LayerNorm's dw and db from a second pass over x and dy, not from `programs`
+    partial rows written by the dx kernel."""
     base = minimum(op, direction, m, n)
     extra_reads = {"fwd": 1, "bwd": 2}[direction] * m * n if looped else 0  # the row inputs again
+    extra_writes = 0
     if (op, direction) == ("layer_norm", "bwd"):
-        extra_reads += 2 * m * n + 2 * m  # the dw/db reduction re-reads x, dy and the statistics
-    return Traffic(base.read + extra_reads, base.write)
+        if dwdb_pass or looped:
+            extra_reads += 2 * m * n + 2 * m  # the dw/db reduction re-reads x, dy and the statistics
+        else:  # fp32 rows of dw and db partial sums, one per program: written, then read by the sum
+            extra_writes = 2 * min(programs, m) * n
+            extra_reads += extra_writes
+    return Traffic(base.read + extra_reads, base.write + extra_writes)
 
 
 def traffic_rows(m: int, n: int, itemsize: int = 4) -> list[dict]:

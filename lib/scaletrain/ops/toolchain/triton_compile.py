@@ -35,9 +35,11 @@ KERNEL_SIGNATURES = {
         [dict(HAS_W=True, HAS_B=True, SINGLE_TILE=True, BLOCK_M=4, BLOCK_N=1024),
          dict(HAS_W=True, HAS_B=True, SINGLE_TILE=False, BLOCK_M=1, BLOCK_N=8192)]),
     "layer_norm_bwd_dx_kernel": (
-        dict(dy_ptr="{T}", x_ptr="{T}", w_ptr="{T}", mean_ptr=_F, rstd_ptr=_F, dx_ptr="{T}", rows=_I, cols=_I),
-        [dict(HAS_W=True, SINGLE_TILE=True, BLOCK_M=4, BLOCK_N=1024),
-         dict(HAS_W=True, SINGLE_TILE=False, BLOCK_M=1, BLOCK_N=8192)]),
+        dict(dy_ptr="{T}", x_ptr="{T}", w_ptr="{T}", mean_ptr=_F, rstd_ptr=_F, dx_ptr="{T}", part_w_ptr=_F,
+             part_b_ptr=_F, rows=_I, cols=_I),
+        [dict(HAS_W=True, PARTIALS=True, SINGLE_TILE=True, BLOCK_M=4, BLOCK_N=1024),
+         dict(HAS_W=True, PARTIALS=False, SINGLE_TILE=True, BLOCK_M=1, BLOCK_N=8192),
+         dict(HAS_W=True, PARTIALS=False, SINGLE_TILE=False, BLOCK_M=1, BLOCK_N=8192)]),
     "layer_norm_bwd_dwdb_kernel": (
         dict(dy_ptr="{T}", x_ptr="{T}", mean_ptr=_F, rstd_ptr=_F, part_w_ptr=_F, part_b_ptr=_F, rows=_I, cols=_I),
         [dict(ROWS_PER_GROUP=256, BLOCK_M=64, BLOCK_N=64)]),
