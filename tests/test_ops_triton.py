@@ -131,7 +131,41 @@ def one_pass_dwdb_case(programs):
         ln.layer_norm_bwd_dwdb_kernel, ln.dx_programs, ln.FUSE_DWDB = second, chooser, True
 
 
+def two_pass_benchmark_row_case():
+    """bench kernels times Triton's LayerNorm backward both ways: its "triton 2-pass" backend runs
+    the second kernel (counted), agrees with the one-pass result, and leaves FUSE_DWDB on."""
+    from scaletrain.ops import benchmark
+    from scaletrain.ops.backends import KERNELS_DIR, get_backend, load_kernel_module
+    ln = load_kernel_module(KERNELS_DIR / "layer_norm_triton.py")
+    backends = benchmark._backends_for("layer_norm", "bwd", {"triton": get_backend("triton")})
+    assert set(backends) == {"triton", "triton 2-pass"}
+    assert set(benchmark._backends_for("softmax", "bwd", {"triton": get_backend("triton")})) == {"triton"}
+    second, launches = ln.layer_norm_bwd_dwdb_kernel, []
+
+    class Counted:
+        def __getitem__(self, grid):
+            launches.append(grid)
+            return second[grid]
+    torch.manual_seed(3)
+    x, dy, w = torch.randn(300, 200), torch.randn(300, 200), torch.randn(200)
+    _, mean, rstd = ln.layer_norm_fwd(x, w, None, 1e-5)
+    try:
+        ln.layer_norm_bwd_dwdb_kernel = Counted()
+        one = backends["triton"].layer_norm_bwd(dy, x, w, mean, rstd, True, True)
+        assert not launches, "one pass: no second kernel"
+        two = backends["triton 2-pass"].layer_norm_bwd(dy, x, w, mean, rstd, True, True)
+        assert len(launches) == 1 and ln.FUSE_DWDB
+    finally:
+        ln.layer_norm_bwd_dwdb_kernel = second
+    for a, b in zip(one, two):
+        assert_close(a, b, rtol=1e-5, what="one pass against two")
+
+
 # ---- tests ------------------------------------------------------------------------------------
+def test_the_benchmark_times_the_two_pass_layer_norm_backward_beside_the_one_pass(interp):
+    interp(two_pass_benchmark_row_case)
+
+
 @pytest.mark.parametrize("programs", [None, 1, 3])
 def test_layer_norm_dweight_dbias_in_one_pass(interp, programs):
     interp(one_pass_dwdb_case, programs)

@@ -134,6 +134,32 @@ def fused_backends() -> dict[str, Backend]:
     return found
 
 
+def two_pass_backend() -> Backend:
+    """Triton's backend with the LayerNorm backward's dw and db from a second pass over x and dy
+    (FUSE_DWDB off): the design task 1.4's one-pass kernel replaced, timed beside it."""
+    import dataclasses
+
+    from scaletrain.ops.backends import KERNELS_DIR, load_kernel_module
+
+    ln = load_kernel_module(KERNELS_DIR / "layer_norm_triton.py")
+
+    def layer_norm_bwd(*args):
+        ln.FUSE_DWDB = False
+        try:
+            return ln.layer_norm_bwd(*args)
+        finally:
+            ln.FUSE_DWDB = True
+
+    return dataclasses.replace(get_backend("triton"), name="triton 2-pass", layer_norm_bwd=layer_norm_bwd)
+
+
+def _backends_for(op: str, direction: str, backends: dict[str, Backend]) -> dict[str, Backend]:
+    """`backends`, and for the LayerNorm backward Triton's two-pass design beside its one-pass one."""
+    if (op, direction) == ("layer_norm", "bwd") and "triton" in backends:
+        return {**backends, "triton 2-pass": two_pass_backend()}
+    return backends
+
+
 def gpu_rows(*, quick: bool = False, dtype: str = "fp32", peak: float | None = None, rows: tuple[int, ...] = (4096,),
              sizes: tuple[int, ...] | None = None, ceilings: ceiling.Ceilings | None = None,
              backends: dict[str, Backend] | None = None, device: str = "cuda") -> list[dict]:
@@ -144,7 +170,8 @@ def gpu_rows(*, quick: bool = False, dtype: str = "fp32", peak: float | None = N
     sizes = sizes or ((1024, 4096) if quick else (512, 1024, 4096, 16384))
     reps = 10 if quick else 20
     return [r for op, direction in traffic.OPS for m in rows for n in sizes
-            for r in speed_rows(op, direction, backends, m=m, n=n, dtype=dtype, ceilings=ceilings, peak=peak,
+            for r in speed_rows(op, direction, _backends_for(op, direction, backends), m=m, n=n, dtype=dtype,
+                                ceilings=ceilings, peak=peak,
                                 device=device, reps=reps, warmup=2 if device == "cpu" else 5)]
 
 
