@@ -14,8 +14,11 @@
 //                                beta_i  = (mu - x_i) rstd^3 / N
 //                              (the slide prints sigma where sigma^2 belongs in alpha's numerator),
 //                              evaluated regrouped so that it is exactly 0 at N = 1 (layer_norm_dx)
-//   layer_norm_dwdb_partial    dweight_j = sum_r dy_rj xhat_rj, dbias_j = sum_r dy_rj: a cross-row
-//   layer_norm_dwdb_final      reduction in two stages (row groups -> fp32 partials -> sum)
+//                              The rows kernel's persistent row lanes also sum dweight_j =
+//                              sum_r dy_rj xhat_rj and dbias_j = sum_r dy_rj over their rows: one
+//                              fp32 partial row per lane, x and dy read once for all three gradients
+//   layer_norm_dwdb_partial    the same cross-row sums for looped rows, in a second pass over x and
+//   layer_norm_dwdb_final      dy (row groups -> fp32 partials); the final sum of either's partials
 #include "kernel_utils.cuh"
 
 namespace st {
@@ -141,42 +144,74 @@ __device__ __forceinline__ float layer_norm_dx(float xi, float gi, F2 sums, floa
   // END SOLUTION
 }
 
-// x and g = w * dy in registers; (sum g, sum g x) in one F2 row_reduce; layer_norm_dx per element.
+// The one-pass backward keeps four arrays of CHUNKS x VEC floats a thread (x, dy and the two
+// partial sums): at most 8192 values a block, so the four take half an SM's 65,536 registers and
+// nothing spills (16-bit rows of more than 4096 columns take the second pass instead).
+template <typename T, int THREADS, int CHUNKS>
+__host__ __device__ constexpr bool one_pass_fits() { return THREADS * CHUNKS * vec_width<T>() <= 8192; }
+
+// x and dy in registers, g = w * dy; (sum g, sum g x) in one F2 row_reduce; layer_norm_dx per
+// element.  Persistent rows: row lane (blockIdx.x, threadIdx.y) takes rows lane, lane + lanes, ...
+// (lanes = gridDim.x * blockDim.y).  With part_w non-null (only where one_pass_fits), each lane
+// also sums dy * xhat and dy of its columns over its rows, in fp32, and stores them once at
+// part_w[lane * cols + col], part_b[lane * cols + col]; layer_norm_dwdb_final adds the lanes'
+// rows: x and dy are read once for dx, dw and db.  g must be one rounded value wherever it is
+// read (the row sums and dx): `s.a += dy * w` may become an FMA that keeps the product unrounded
+// (__fmul_rn never does).
 template <typename T, int THREADS, int CHUNKS>
 __global__ void __launch_bounds__(THREADS == kWarp ? kWarp * kWarpRowsPerBlock : THREADS)
 layer_norm_bwd_rows(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
                     const float* __restrict__ mean, const float* __restrict__ rstd, T* __restrict__ dx,
-                    int64_t rows, int64_t cols, bool aligned) {
+                    float* __restrict__ part_w, float* __restrict__ part_b, int64_t rows, int64_t cols,
+                    bool aligned) {
   constexpr int VEC = vec_width<T>();
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
-  if (row >= rows) return;
+  const int64_t lane = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+  const int64_t lanes = static_cast<int64_t>(gridDim.x) * blockDim.y;
   // BEGIN SOLUTION
-  float xv[CHUNKS][VEC], gv[CHUNKS][VEC];
-  F2 s = Sum2Op::identity();  // (sum g, sum g x): both reductions in one synchronization
+  float acc_w[CHUNKS][VEC] = {}, acc_b[CHUNKS][VEC] = {};
+  for (int64_t row = lane; row < rows; row += lanes) {  // uniform per row lane: row_reduce stays legal
+    float xv[CHUNKS][VEC], dv[CHUNKS][VEC];
+    F2 s = Sum2Op::identity();  // (sum g, sum g x): both reductions in one synchronization
+#pragma unroll
+    for (int c = 0; c < CHUNKS; ++c) {
+      const int64_t col = (static_cast<int64_t>(c) * THREADS + threadIdx.x) * VEC;
+      float wv[VEC];
+      load_piece<T, VEC>(x + row * cols, col, cols, aligned, xv[c], 0.f);
+      load_piece<T, VEC>(dy + row * cols, col, cols, aligned, dv[c], 0.f);
+      load_affine<T, VEC>(w, col, cols, aligned, wv, 1.f);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const float g = __fmul_rn(dv[c][k], wv[k]);
+        s.a += g;
+        s.b += g * xv[c][k];
+      }
+    }
+    s = row_reduce<THREADS>(s, Sum2Op());
+    const float mu = mean[row], r = rstd[row];
+#pragma unroll
+    for (int c = 0; c < CHUNKS; ++c) {
+      const int64_t col = (static_cast<int64_t>(c) * THREADS + threadIdx.x) * VEC;
+      float wv[VEC], out[VEC];
+      load_affine<T, VEC>(w, col, cols, aligned, wv, 1.f);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        out[k] = layer_norm_dx(xv[c][k], __fmul_rn(dv[c][k], wv[k]), s, mu, r, cols);
+        if constexpr (one_pass_fits<T, THREADS, CHUNKS>()) {  // else the arrays would spill
+          acc_w[c][k] += dv[c][k] * ((xv[c][k] - mu) * r);  // outside the row: dy = 0, nothing added
+          acc_b[c][k] += dv[c][k];
+        }
+      }
+      store_piece<T, VEC>(dx + row * cols, col, cols, aligned, out);
+    }
+  }
+  if (!one_pass_fits<T, THREADS, CHUNKS>() || part_w == nullptr || lane >= rows) return;
 #pragma unroll
   for (int c = 0; c < CHUNKS; ++c) {
     const int64_t col = (static_cast<int64_t>(c) * THREADS + threadIdx.x) * VEC;
-    float wv[VEC];
-    load_piece<T, VEC>(x + row * cols, col, cols, aligned, xv[c], 0.f);
-    load_piece<T, VEC>(dy + row * cols, col, cols, aligned, gv[c], 0.f);
-    load_affine<T, VEC>(w, col, cols, aligned, wv, 1.f);
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) {
-      gv[c][k] *= wv[k];
-      s.a += gv[c][k];
-      s.b += gv[c][k] * xv[c][k];
-    }
+    store_piece<float, VEC>(part_w + lane * cols, col, cols, false, acc_w[c]);  // once per lane: scalar is fine
+    store_piece<float, VEC>(part_b + lane * cols, col, cols, false, acc_b[c]);
   }
-  s = row_reduce<THREADS>(s, Sum2Op());
-  const float mu = mean[row], r = rstd[row];
-#pragma unroll
-  for (int c = 0; c < CHUNKS; ++c) {
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) gv[c][k] = layer_norm_dx(xv[c][k], gv[c][k], s, mu, r, cols);
-    store_piece<T, VEC>(dx + row * cols, (static_cast<int64_t>(c) * THREADS + threadIdx.x) * VEC, cols,
-                        aligned, gv[c]);
-  }
-  // STUB: #error "a1 task 1.9: implement the register-resident LayerNorm backward for x."
+  // STUB: #error "a1 task 1.9: implement the register-resident LayerNorm backward for x (and the dw, db partials)."
   // END SOLUTION
 }
 
@@ -273,6 +308,19 @@ inline int64_t dwdb_rows_per_group(int64_t rows) {
 }
 inline int64_t dwdb_groups(int64_t rows) { return (rows + dwdb_rows_per_group(rows) - 1) / dwdb_rows_per_group(rows); }
 
+// Blocks of the one-pass backward: two per SM, so every block is resident at once and its lanes'
+// partial rows (8 bytes per column, written and read again) stay a small share of the traffic.
+inline int64_t persistent_blocks() {
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  return 2 * static_cast<int64_t>(max(sms, 1));
+}
+// Row lanes of the one-pass backward on `rows` rows: each writes one partial row of dw and db.
+inline int64_t partial_lanes(int64_t rows) {
+  return min(rows, persistent_blocks() * kWarpRowsPerBlock);
+}
+
 template <typename T>
 int layer_norm_fwd(const void* x, const void* w, const void* b, void* y, float* mean, float* rstd,
                    int64_t rows, int64_t cols, float eps, cudaStream_t stream) {
@@ -299,35 +347,45 @@ int layer_norm_bwd(const void* dy, const void* x, const void* w, const float* me
                    void* dw, void* db, float* workspace, int64_t rows, int64_t cols, cudaStream_t stream) {
   constexpr int VEC = vec_width<T>();
   const bool aligned = cols % VEC == 0 && is_aligned16(dy) && is_aligned16(x) && is_aligned16(w) && is_aligned16(dx);
+  const bool need = dw != nullptr || db != nullptr;
   const T *gt = static_cast<const T*>(dy), *xt = static_cast<const T*>(x), *wt = static_cast<const T*>(w);
   T* dxt = static_cast<T*>(dx);
+  int64_t groups = 0;  // partial rows of dw and db, whichever kernel wrote them
+  const auto second_pass = [&] {  // dw and db from a second pass over x and dy
+    groups = dwdb_groups(rows);
+    const dim3 grid(static_cast<unsigned>((cols + kDwdbCols - 1) / kDwdbCols), static_cast<unsigned>(groups));
+    layer_norm_dwdb_partial<T><<<grid, dim3(kDwdbCols, kDwdbLanes), 0, stream>>>(
+        gt, xt, mean, rstd, workspace, workspace + groups * cols, rows, cols, dwdb_rows_per_group(rows));
+  };
   dispatch_row_buckets(
       (cols + VEC - 1) / VEC,
-      [&](auto threads, auto chunks) {
+      [&](auto threads, auto chunks) {  // one pass where it fits: the rows kernel writes the partials
         constexpr int kThreads = decltype(threads)::value, kChunks = decltype(chunks)::value;
-        layer_norm_bwd_rows<T, kThreads, kChunks><<<row_grid(kThreads, rows), row_block(kThreads), 0, stream>>>(
-            gt, xt, wt, mean, rstd, dxt, rows, cols, aligned);
+        const bool one_pass = need && one_pass_fits<T, kThreads, kChunks>();
+        const dim3 all = row_grid(kThreads, rows), block = row_block(kThreads);
+        const unsigned blocks = one_pass ? static_cast<unsigned>(min(static_cast<int64_t>(all.x), persistent_blocks()))
+                                         : all.x;
+        groups = one_pass ? min(rows, static_cast<int64_t>(blocks) * block.y) : 0;
+        layer_norm_bwd_rows<T, kThreads, kChunks><<<blocks, block, 0, stream>>>(
+            gt, xt, wt, mean, rstd, dxt, one_pass ? workspace : nullptr, one_pass ? workspace + groups * cols : nullptr,
+            rows, cols, aligned);
+        if (need && !one_pass) second_pass();
       },
-      [&] {
+      [&] {  // rows too long for registers
         layer_norm_bwd_looped<T, kLoopedThreads><<<static_cast<unsigned>(rows), kLoopedThreads, 0, stream>>>(
             gt, xt, wt, mean, rstd, dxt, cols, aligned);
+        if (need) second_pass();
       });
-  if (dw != nullptr || db != nullptr) {
-    const int64_t groups = dwdb_groups(rows);
-    float *part_w = workspace, *part_b = workspace + groups * cols;
-    const dim3 grid(static_cast<unsigned>((cols + kDwdbCols - 1) / kDwdbCols), static_cast<unsigned>(groups));
-    layer_norm_dwdb_partial<T><<<grid, dim3(kDwdbCols, kDwdbLanes), 0, stream>>>(gt, xt, mean, rstd, part_w, part_b,
-                                                                                 rows, cols, dwdb_rows_per_group(rows));
+  if (need)
     layer_norm_dwdb_final<T><<<static_cast<unsigned>((cols + 255) / 256), 256, 0, stream>>>(
-        part_w, part_b, static_cast<T*>(dw), static_cast<T*>(db), groups, cols);
-  }
+        workspace, workspace + groups * cols, static_cast<T*>(dw), static_cast<T*>(db), groups, cols);
   return cudaGetLastError();
 }
 
 }  // namespace st
 
 extern "C" int64_t st_layer_norm_bwd_workspace(int64_t rows, int64_t cols) {
-  return 2 * st::dwdb_groups(rows) * cols;
+  return 2 * max(st::dwdb_groups(rows), st::partial_lanes(rows)) * cols;  // either kernel's partial rows
 }
 
 extern "C" int st_layer_norm_fwd(int dtype, const void* x, const void* weight, const void* bias, void* y,

@@ -42,6 +42,23 @@ def test_emulated_kernels_match_torch(emu, dtype, shape):
         cf.layer_norm_backward(emu, shape, dtype=dtype)
 
 
+@pytest.mark.parametrize("shape, dtype, one_pass", [
+    ((131, 97), "fp32", True),     # warp rows: 4 lanes a block, each lane several rows
+    ((37, 1500), "fp32", True),    # a block a row (512 threads): one lane a block
+    ((41, 300), "bf16", True),
+    ((9, 5000), "bf16", False),    # 16-bit in the 512-thread bucket: x, dy and the sums would spill
+    ((3, 8300), "fp32", False)])   # past the register buckets: the looped kernel
+def test_dweight_dbias_in_one_pass_where_the_registers_hold_them(emu, shape, dtype, one_pass):
+    """The rows kernel's persistent lanes (the emulator has 2 SMs: 4 blocks) sum dw and db
+    themselves where one_pass_fits; elsewhere layer_norm_dwdb_partial's second pass does."""
+    cf.layer_norm_backward(emu, shape, dtype=dtype, grads=("dx", "dweight", "dbias"))
+    launched = " ".join(cuda_cpu.last_launches())
+    assert ("layer_norm_dwdb_partial" in launched) != one_pass, launched
+    assert "layer_norm_dwdb_final" in launched
+    if one_pass:  # persistent: 2 blocks an SM, fewer than the rows would take one lane a row
+        assert "_rows<" in launched and "<<<(4,1,1)" in launched, launched
+
+
 @pytest.mark.parametrize("s", [37, 128, 1031], ids=lambda s: f"emulated-s{s}")
 def test_emulated_masks_causal_and_huge_logits(emu, s):
     batch = (1, 2) if s < 1000 else (1, 1)  # the (s, s) scores of one head at s = 1031: 1M elements
@@ -186,10 +203,12 @@ def test_planted_wrong_numbers_fail_naming_the_kernel(tmp_path, bug, kernel):
 
 def test_planted_missing_syncthreads_is_stopped_naming_kernel_thread_and_variable(tmp_path):
     bad = _planted(tmp_path, "CUDA dweight/dbias without the __syncthreads between shared-memory writes and reads")
-    with pytest.raises(cuda_cpu.KernelError, match=r"layer_norm_dwdb_partial<float> <<<\(5,1,1\), \(32,8,1\)>>>: "
+    # rows longer than the register buckets: dw and db come from the second pass (the one-pass
+    # rows kernel sums them itself for shorter rows)
+    with pytest.raises(cuda_cpu.KernelError, match=r"layer_norm_dwdb_partial<float> <<<\(260,1,1\), \(32,8,1\)>>>: "
                        r"block \(0,0,0\), thread \(0,0,0\): reads 4 bytes of shared memory \(.*layer_norm_dwdb_partial"
                        r"<float>.*::sw \+ 132\) that no thread of this block has written"):
-        cf.layer_norm_backward(bad, (37, 131))
+        cf.layer_norm_backward(bad, (3, 8300))
 
 
 def test_planted_off_by_one_row_bound_is_stopped_naming_kernel_and_thread(tmp_path):

@@ -84,6 +84,14 @@ inline cudaError_t cudaGetLastError() { return ::cuda_emu::take_error(); }
 inline cudaError_t cudaPeekAtLastError() { return ::cuda_emu::take_error(); }
 inline const char* cudaGetErrorString(cudaError_t e) { return ::cuda_emu::error_name(e); }
 inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }  // launches are synchronous
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
+constexpr int kEmulatedSMs = 2;  // few "SMs": a persistent grid then covers its rows in several rounds
+inline cudaError_t cudaGetDevice(int* device) { *device = 0; return cudaSuccess; }
+inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
+  if (attr != cudaDevAttrMultiProcessorCount) return cudaErrorInvalidValue;
+  *value = kEmulatedSMs;
+  return cudaSuccess;
+}
 
 // ---- synchronization and warp collectives (the fiber yields to the scheduler) ------------------
 namespace cuda_emu {
@@ -189,6 +197,9 @@ inline float __powf(float x, float y) { return powf(x, y); }
 inline float __fdividef(float x, float y) { return x / y; }
 inline float __frcp_rn(float x) { return 1.f / x; }
 inline float __fdiv_rn(float x, float y) { return x / y; }  // IEEE, also under --use_fast_math
+// rounded and never contracted into a later add (the emulator builds with -ffp-contract=fast, as
+// nvcc fuses by default): an FMA with 0 is the rounded product itself
+inline float __fmul_rn(float x, float y) { return fmaf(x, y, 0.f); }
 inline float __fsqrt_rn(float x) { return sqrtf(x); }
 inline float __saturatef(float x) { return x < 0.f ? 0.f : (x > 1.f ? 1.f : x); }
 inline float rsqrtf(float x) { return 1.f / sqrtf(x); }

@@ -22,6 +22,8 @@ CUDA_BUGS = {
         " total += __shfl_xor_sync(0xffffffffu, total, m);\n  const float inv_sum = 1.f / total;"),
     "CUDA softmax with an off-by-one row bound (reads past the end of x)": (
         SMC, "if (row >= rows) return;  // uniform", "if (row > rows) return;  // uniform"),
+    "CUDA one-pass dweight partial sums of dy * x, not dy * x-hat": (
+        LNC, "acc_w[c][k] += dv[c][k] * ((xv[c][k] - mu) * r);", "acc_w[c][k] += dv[c][k] * xv[c][k];"),
 }
 CUDA_BUG_OUTCOMES = {  # what each bug gets, and a check of another task that must still pass
     "CUDA softmax that writes zeros": {EMULATED["1.6"]: "failed", EMULATED["1.7"]: "passed"},
@@ -30,6 +32,8 @@ CUDA_BUG_OUTCOMES = {  # what each bug gets, and a check of another task that mu
     "CUDA softmax sum reduced with wrong shuffle offsets (32 .. 2: lane ^ 32 is the lane itself, 1 is missing)": {
         EMULATED["1.6"]: "failed", EMULATED["1.7"]: "passed"},
     "CUDA softmax with an off-by-one row bound (reads past the end of x)": {EMULATED["1.6"]: "error"},
+    "CUDA one-pass dweight partial sums of dy * x, not dy * x-hat": {EMULATED["1.9"]: "failed",
+                                                                     EMULATED["1.8"]: "passed"},
 }
 
 

@@ -12,8 +12,9 @@ for an (M, N) input with fp32 storage (M-sized statistics and N-sized parameters
   * FUSED: the kernels in kernels/ with the row held on chip (one read, one write); rows longer
     than one tile are read twice (`looped=True`).  LayerNorm backward in Triton: the dx kernel
     (read x, dy; write dx) also writes one fp32 row of dw and db partial sums per program, which
-    a small sum reads back; with `dwdb_pass` (the CUDA kernels, rows longer than a tile, or
-    FUSE_DWDB off) a second kernel reads x and dy again instead, as torch's own kernel does.
+    a small sum reads back (CUDA: one row per row lane); with `dwdb_pass` (rows longer than a
+    tile, Triton's FUSE_DWDB off, CUDA's 16-bit rows of more than 4096 columns) a second kernel
+    reads x and dy again instead, as torch's own kernel does.
   * MINIMUM: every input read once, every output written once.  The benchmark's GB/s uses it
     (the convention of the Triton tutorials' benchmarks: 2 numel for softmax and LayerNorm forward,
     3 numel for the backwards).
