@@ -55,6 +55,39 @@ def kernel_case(bh, seq_q, seq_k, d, causal, dtype, block, seed=0):
         assert_close(got, ref, rtol=4 * tol, atol=atol[name], what=name)
 
 
+def atomic_dq_case(bh, seq_q, seq_k, d, causal, dtype, block_m, block_n, seed=3):
+    """DQ_BY_ATOMICS (FlashAttention-2's design), through `bench attention`'s "triton atomic dq"
+    backend: dQ from the dK/dV kernel's atomic adds agrees with the dq kernel's and float64 SDPA's,
+    dK and dV are the same bits, the dq kernel never runs, and the switch is off again after."""
+    from scaletrain.ops.attention_benchmark import atomic_dq_backend
+    from scaletrain.ops.backends import load_kernel_module
+    kernels = load_kernel_module(KERNELS_DIR / "attention_triton.py")
+    torch.manual_seed(seed)
+    q, k, v = (torch.randn(bh, s, d).to(dtype) for s in (seq_q, seq_k, seq_k))
+    do = torch.randn(bh, seq_q, d).to(dtype)
+    o, lse = kernels.attention_fwd(q, k, v, causal, block_m=block_m, block_n=block_n)
+    two = kernels.attention_bwd(do, q, k, v, o, lse, causal, block_m=block_m, block_n=block_n)
+    dq_kernel, launches = kernels.attention_bwd_dq_kernel, []
+
+    class Counted:
+        def __getitem__(self, grid):
+            launches.append(grid)
+            return dq_kernel[grid]
+    try:
+        kernels.attention_bwd_dq_kernel = Counted()
+        atomic = atomic_dq_backend().bwd(do, q, k, v, o, lse, causal, None, block_m, block_n)
+    finally:
+        kernels.attention_bwd_dq_kernel = dq_kernel
+    assert not launches, "atomics on: the dq kernel must not be launched"
+    assert not kernels.DQ_BY_ATOMICS, "the default stays the two-kernel backward"
+    assert atomic[0].dtype == dtype and torch.equal(atomic[1], two[1]) and torch.equal(atomic[2], two[2])
+    # one rounding to the storage type apart (the atomic sum is cast once, at the end)
+    assert_close(atomic[0], two[0], rtol=TOLERANCE[dtype], what="dQ by atomics against the dq kernel's")
+    _, _, grads = _reference(q, k, v, do, causal)
+    atol = attention_grad_atol(q, k, v, do, storage=dtype)
+    assert_close(atomic[0], grads[0], rtol=4 * TOLERANCE[dtype], atol=atol["dQ"], what="dQ by atomics")
+
+
 def autograd_case(lead, seq, d, causal, dtype, seed=1):
     """Through scaletrain.ops.attention (default tiles): reshapes, the Function, the saved L."""
     from scaletrain.ops import attention
@@ -93,6 +126,16 @@ def test_kernels_on_irregular_lengths_and_dtypes(interp):
     interp(kernel_case, 3, 1, 1, 16, True, torch.float32, 16)      # one query, one key
     interp(kernel_case, 3, 17, 40, 24, False, torch.float16, 16)   # seq_q != seq_k, head dim not a power of 2
     interp(kernel_case, 1, 33, 33, 64, True, torch.bfloat16, 16)   # causal: the diagonal inside a tile
+
+
+@needs_triton
+@pytest.mark.parametrize("bh,seq_q,seq_k,d,causal,dtype,block_m,block_n", [
+    (3, 17, 40, 24, False, torch.float32, 16, 32),   # seq_q != seq_k, ragged, head dim not a power of 2
+    (1, 45, 45, 16, True, torch.float32, 16, 32),    # causal: two query tiles per key tile
+    (2, 33, 33, 16, True, torch.float16, 32, 16),    # causal, the cast of the fp32 sum to fp16
+])
+def test_dq_by_atomic_adds_matches_the_dq_kernel(interp, bh, seq_q, seq_k, d, causal, dtype, block_m, block_n):
+    interp(atomic_dq_case, bh, seq_q, seq_k, d, causal, dtype, block_m, block_n)
 
 
 @needs_triton

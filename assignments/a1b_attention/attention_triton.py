@@ -25,7 +25,11 @@ Backward (FlashAttention-2, Dao 2023, Algorithm 2): P is recomputed from Q, K an
 instead of being stored (`_recompute_p`); derive dV, dP, dS, dQ and dK from the chain rule through
 the softmax, with the row term D = rowsum(dO * O) (the given delta kernel). One kernel per key tile
 accumulates dK, dV over the query tiles (from the first that sees the tile, when causal); another
-per query tile accumulates dQ over the key tiles: no atomics, two recomputes of S.  All arithmetic is fp32 (tl.dot accumulates in fp32; P is cast to V's storage type
+per query tile accumulates dQ over the key tiles: no atomics, but S and dP computed twice (7
+matmuls per tile pair).  DQ_BY_ATOMICS switches to FlashAttention-2's own design (Dao 2023,
+section 3.2): the dK/dV kernel also adds each query tile's dS K into an fp32 dQ with atomic adds
+(5 matmuls, but dQ's read-modify-write traffic and a summation order that varies from run to
+run).  All arithmetic is fp32 (tl.dot accumulates in fp32; P is cast to V's storage type
 before P V, as FlashAttention does); storage fp32, fp16 or bf16.
 
 Layout: contiguous (batch * heads, seq, head_dim) tensors; scaletrain.ops.attention reshapes.
@@ -124,9 +128,9 @@ def _recompute_p(q, kt, lse, offs_m, offs_n, seq_q, seq_k, scale,
 
 
 @triton.jit
-def attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
+def attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_ptr,
                               seq_q, seq_k, head_dim, scale,
-                              CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                              CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr, ATOMIC_DQ: tl.constexpr,
                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     """dK, dV for the BLOCK_N keys program_id(0) of head program_id(1), over the query tiles.
 
@@ -134,6 +138,13 @@ def attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, d
     kept on chip, P recomputed per query tile from Q and the saved L (`_recompute_p`), D from
     `delta_ptr`. Causal: query tiles that end before this key tile starts see none of its keys and
     may be skipped; mind that BLOCK_M and BLOCK_N need not be equal.
+    ATOMIC_DQ (FlashAttention-2, Dao 2023, Algorithm 2 and section 3.2): `dq_ptr` is an fp32
+    (batch * heads, seq_q, head_dim) buffer the wrapper zero-fills; every query tile visited adds
+    its share of dQ (these keys' part of dS K * scale) into it, so that when all programs have
+    ended dq holds dQ.  Other key tiles' programs add into the same rows at the same time: only
+    atomic adds keep every contribution (their order, hence dQ's last bits, varies from run to
+    run).  Rows past seq_q and columns past head_dim belong to other rows and heads: never touch
+    them.  Without ATOMIC_DQ, dq_ptr is not used (the dq kernel computes dQ).
     """
     start_n = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1).to(tl.int64)
@@ -212,6 +223,12 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     return o, lse
 
 
+# True: dQ by atomic adds from the dK/dV kernel, the dq kernel not launched (FlashAttention-2's
+# design: 5 matmuls instead of 7, atomics' traffic, run-to-run rounding). Off, the deterministic
+# two-kernel backward, until a GPU has timed both (`bench attention`'s "triton atomic dq" row).
+DQ_BY_ATOMICS = False
+
+
 def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                   lse: torch.Tensor, causal: bool = False, scale: float | None = None,
                   block_m: int | None = None, block_n: int | None = None
@@ -224,11 +241,15 @@ def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
     delta = torch.empty(bh, seq_q, device=q.device, dtype=torch.float32)
     attention_bwd_delta_kernel[(triton.cdiv(seq_q, bm), bh)](o, do, delta, seq_q, head_dim,
                                                              BLOCK_M=bm, BLOCK_D=bd)
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    # atomics add into dq, so it starts at zero, in fp32 (16-bit partial sums would round each add)
+    dq = torch.zeros_like(q, dtype=torch.float32) if DQ_BY_ATOMICS else torch.empty_like(q)
     common = dict(CAUSAL=causal, DOT_PRECISION=_precision(q), BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd,
                   num_warps=_warps(max(bm, bn), bd))
-    attention_bwd_dkdv_kernel[(triton.cdiv(seq_k, bn), bh)](q, k, v, do, lse, delta, dk, dv, seq_q, seq_k,
-                                                            head_dim, scale, **common)
+    attention_bwd_dkdv_kernel[(triton.cdiv(seq_k, bn), bh)](q, k, v, do, lse, delta, dk, dv, dq, seq_q, seq_k,
+                                                            head_dim, scale, ATOMIC_DQ=DQ_BY_ATOMICS, **common)
+    if DQ_BY_ATOMICS:
+        return dq.to(q.dtype), dk, dv
     attention_bwd_dq_kernel[(triton.cdiv(seq_q, bm), bh)](q, k, v, do, lse, delta, dq, seq_q, seq_k,
                                                           head_dim, scale, **common)
     return dq, dk, dv

@@ -60,19 +60,26 @@ def _no_tensor_of(max_elements: int | None):
         yield
 
 
-def run(op: str, args: list, *, device: str = "cpu", interpret: bool = True, max_elements: int | None = None):
+def run(op: str, args: list, *, device: str = "cpu", interpret: bool = True, max_elements: int | None = None,
+        dq_atomics: bool = False):
     """The outputs of the grader's wrapper `op` (attention_fwd, attention_bwd, cross_entropy_fwd,
-    cross_entropy_bwd) on `args`, launching the student's kernels; inputs must come back unmodified."""
+    cross_entropy_bwd) on `args`, launching the student's kernels; inputs must come back unmodified.
+    dq_atomics: attention_bwd with its DQ_BY_ATOMICS on (dQ from the dK/dV kernel's atomic adds, the
+    dq kernel not launched), as a1's probe switches FUSE_DWDB."""
     args = [a.to(device) if isinstance(a, torch.Tensor) else a for a in args]
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     before = [t.clone() for t in tensors]
     grader = graft(WRAPPERS[op], KERNELS[WRAPPERS[op]], interpret)
     grader.torch = NanOutputs()
+    if dq_atomics:
+        grader.DQ_BY_ATOMICS = True
     try:
         with forbid_aten(*LIBRARY_KERNELS), _no_tensor_of(max_elements):
             out = unwrap_stub(getattr(grader, op))(*args)
     finally:
         grader.torch = torch
+        if dq_atomics:
+            grader.DQ_BY_ATOMICS = False
     if any(not torch.equal(t, b) for t, b in zip(tensors, before)):
         raise AssertionError(f"{op}: an input was modified in place")
     return out

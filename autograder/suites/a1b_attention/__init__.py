@@ -14,7 +14,8 @@ a 16-wide tile), odd batch x heads, causal and not, fp32 / fp16 / bf16, scores n
 running max is needed), logits near 1e4, tiles with BLOCK_M != BLOCK_N (the tile shape is the
 launcher's, where the running statistics live is the student's: any design must hold for any
 tile); max-norm relative error (scaletrain.testing). Each check grades one property (ragged or
-tile-multiple lengths, causal, one dtype, other tiles, forward or backward).
+tile-multiple lengths, causal, one dtype, other tiles, forward or backward, dQ by the dq kernel or
+by the dK/dV kernel's atomic adds).
 A task's compile check is granted only when its kernels' correctness checks passed in the same run
 (`Check.needs`, `grade.with_values`): an empty kernel compiles too.
 Anti-cheat: no attention / softmax / loss library call in the student files (static check) and
@@ -25,9 +26,9 @@ Roles: `names` (files, kernels, check names), `planted`, `judge` (trials and gro
 
 from autograder.manifest import Check, Group, Manifest, Task
 
-from .names import (AT, C_BF16, C_BWD, C_BWD_BF16, C_BWD_CAUSAL, C_BWD_EVEN, C_BWD_FP16, C_BWD_TILES, C_CAUSAL,
-                    C_CE_BWD, C_CE_FWD, C_CE_HUGE, C_DENSE, C_FP16, C_FWD_TILES, C_HUGE, C_SMOKE, CE, COMPUTES,
-                    FORBIDDEN, SOURCES, SPEED, TRITON_KERNELS, compile_check)
+from .names import (AT, C_BF16, C_BWD, C_BWD_ATOMIC, C_BWD_BF16, C_BWD_CAUSAL, C_BWD_EVEN, C_BWD_FP16, C_BWD_TILES,
+                    C_CAUSAL, C_CE_BWD, C_CE_FWD, C_CE_HUGE, C_DENSE, C_FP16, C_FWD_TILES, C_HUGE, C_SMOKE, CE,
+                    COMPUTES, FORBIDDEN, SOURCES, SPEED, TRITON_KERNELS, compile_check)
 from .planted import PLANTED
 
 _S = "autograder.suites.a1b_attention."
@@ -50,8 +51,9 @@ MANIFEST = Manifest(
         )),
         Group("attention", _S + "judge:group_attention", timeout_s=300, trusted=True, checks=(
             Check("1b.1", C_FP16, 2), Check("1b.1", C_BF16, 1), Check("1b.1", C_FWD_TILES, 1),
-            Check("1b.2", C_BWD, 8), Check("1b.2", C_BWD_EVEN, 3), Check("1b.2", C_BWD_CAUSAL, 4),
+            Check("1b.2", C_BWD, 6), Check("1b.2", C_BWD_EVEN, 3), Check("1b.2", C_BWD_CAUSAL, 4),
             Check("1b.2", C_BWD_FP16, 3), Check("1b.2", C_BWD_BF16, 3), Check("1b.2", C_BWD_TILES, 3),
+            Check("1b.2", C_BWD_ATOMIC, 2),
         )),
         Group("cross_entropy", _S + "judge:group_cross_entropy", timeout_s=120, trusted=True, checks=(
             Check("1b.3", C_CE_FWD, 5), Check("1b.3", C_CE_BWD, 5), Check("1b.3", C_CE_HUGE, 4),

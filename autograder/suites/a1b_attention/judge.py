@@ -3,7 +3,8 @@ wrappers (autograder/probes/a1b_attention.py) into NaN-filled outputs; the refer
 torch (scaled_dot_product_attention, cross_entropy) computed here before the student's call, and the
 verdicts stay here. Each check grades one property: ragged or tile-multiple lengths, causal mode,
 one storage dtype, tiles with BLOCK_M != BLOCK_N (the tile shape is the launcher's: the kernels'
-design must hold for any), forward or backward."""
+design must hold for any), forward or backward, dQ from the dq kernel or from the dK/dV kernel's
+atomic adds (the grader's wrapper with DQ_BY_ATOMICS on)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from autograder import checks
 from autograder.suites import paired, sized
 
 from .inputs import attention_inputs, cross_entropy_inputs, dtype_of
-from .names import (BACKWARD_DQ, C_BF16, C_BWD, C_BWD_BF16, C_BWD_CAUSAL, C_BWD_EVEN, C_BWD_FP16, C_BWD_TILES,
-                    C_CAUSAL, C_CE_BWD, C_CE_FWD, C_CE_HUGE, C_DENSE, C_FP16, C_FWD_TILES, C_HUGE, C_SMOKE,
-                    CE_BACKWARD, OTHER_TILES, PROBE, TILE, TRITON_KERNELS, compile_check)
+from .names import (BACKWARD_DQ, C_BF16, C_BWD, C_BWD_ATOMIC, C_BWD_BF16, C_BWD_CAUSAL, C_BWD_EVEN, C_BWD_FP16,
+                    C_BWD_TILES, C_CAUSAL, C_CE_BWD, C_CE_FWD, C_CE_HUGE, C_DENSE, C_FP16, C_FWD_TILES, C_HUGE,
+                    C_SMOKE, CE_BACKWARD, OTHER_TILES, PROBE, TILE, TRITON_KERNELS, compile_check)
 
 
 # ---- trials: reference here (float64), the student's kernels in the worker ------------------------
@@ -47,7 +48,7 @@ def attention_forward(ctx, bh, seq_q, seq_k, d, *, causal=False, dtype="fp32", s
     assert_close(lse_got, lse, rtol=TOLERANCE["float32"], what=f"{what}: log-sum-exp L")
 
 
-def attention_backward(ctx, bh, seq, d, *, causal=False, dtype="fp32", seed=0, tile=(TILE, TILE)):
+def attention_backward(ctx, bh, seq, d, *, causal=False, dtype="fp32", seed=0, tile=(TILE, TILE), dq_atomics=False):
     import torch
     from scaletrain.ops.testing import attention_grad_atol
     from scaletrain.testing import TOLERANCE, assert_close
@@ -57,8 +58,9 @@ def attention_backward(ctx, bh, seq, d, *, causal=False, dtype="fp32", seed=0, t
     out, lse, dq, dk, dv = _reference(q, k, v, causal, do)
     got = ctx.untrusted().call(PROBE + "run", "attention_bwd",
                                [do, q, k, v, out.to(q.dtype), lse.float(), causal, None, *tile],
-                               interpret=ctx.device != "cuda", device=ctx.device)
+                               interpret=ctx.device != "cuda", device=ctx.device, dq_atomics=dq_atomics)
     tol, what = 4 * TOLERANCE[dtype_of(dtype)], f"attention backward {bh}x{seq}x{d} causal={causal} {dtype}"
+    what += f" tile={tuple(tile)}" + (" dQ by atomic adds" if dq_atomics else "")
     atol = attention_grad_atol(q, k, v, do, storage=q.dtype)  # derived: where dS = P (dP - D) cancels
     for name, (g, ref) in zip(("dQ", "dK", "dV"), paired(got, (dq, dk, dv), f"{what}: (dQ, dK, dV)"), strict=True):
         assert_close(g, ref, rtol=tol, atol=atol[name], what=f"{what}: {name}")
@@ -141,6 +143,11 @@ def group_attention(ctx):
         for tile in OTHER_TILES:
             attention_backward(ctx, 1, 45, 16, causal=True, seed=seeds[4], tile=tile)
             attention_backward(ctx, 2, 21, 24, seed=seeds[5], tile=tile)
+    with ctx.check(C_BWD_ATOMIC):  # the last: the public test's
+        attention_backward(ctx, 2, 21, 24, seed=seeds[3], tile=(32, 16), dq_atomics=True)
+        attention_backward(ctx, 3, 17, 32, causal=True, dtype="fp16", seed=seeds[1], dq_atomics=True)
+        attention_backward(ctx, 1, 45, 16, causal=True, seed=seeds[2], tile=(16, 32), dq_atomics=True)
+        attention_backward(ctx, 1, 33, 16, causal=True, seed=seeds[4], tile=(16, 32), dq_atomics=True)
 
 
 def group_cross_entropy(ctx):

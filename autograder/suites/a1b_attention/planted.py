@@ -5,8 +5,11 @@ from __future__ import annotations
 from autograder.attacks import kernel_attacks
 from autograder.manifest import REPO, Planted
 
-from .names import (AT, C_BWD, C_BWD_CAUSAL, C_BWD_TILES, C_CAUSAL, C_FP16, C_FWD_TILES, C_HUGE, C_SMOKE,
-                    compile_check)
+from .names import (AT, C_BWD, C_BWD_ATOMIC, C_BWD_CAUSAL, C_BWD_TILES, C_CAUSAL, C_FP16, C_FWD_TILES, C_HUGE,
+                    C_SMOKE, compile_check)
+
+_ATOMIC_DQ = "_mm(ds.to(q.dtype), tl.trans(kt), DOT_PRECISION) * scale"  # the dK/dV kernel's share of dQ
+_TWO_KERNELS = {C_BWD: "passed", C_BWD_CAUSAL: "passed", C_BWD_TILES: "passed"}  # dQ from the dq kernel
 
 # A launcher patched at import to compute attention in torch, the scores materialized (n x n).
 _DENSE = '''
@@ -70,4 +73,12 @@ PLANTED = (
             ("        hi = tl.minimum(seq_k, start_m + BLOCK_M)\n", "        hi = tl.minimum(seq_k, start_m + BLOCK_N)\n"),
             groups=("attention",), expect={C_BWD_TILES: "failed", C_BWD_CAUSAL: "passed", C_BWD: "passed",
                                            C_FWD_TILES: "passed"}),
+    # the atomic dQ (DQ_BY_ATOMICS) is graded on its own: its slips cost that check only
+    Planted("the atomic dQ without the scale", AT, (_ATOMIC_DQ, _ATOMIC_DQ.removesuffix(" * scale")),
+            groups=("attention",), expect={C_BWD_ATOMIC: "failed", **_TWO_KERNELS}),
+    # rows past seq_q add zeros (dO is 0 there), so an unmasked row is invisible; keys in the future are not
+    Planted("the atomic dQ from P without the causal mask", AT,
+            (_ATOMIC_DQ, "_mm((_recompute_p(q, kt, lse, offs_m, offs_n, seq_q, seq_k, scale, False, DOT_PRECISION)"
+                         " * (dp - delta[:, None])).to(q.dtype), tl.trans(kt), DOT_PRECISION) * scale"),
+            groups=("attention",), expect={C_BWD_ATOMIC: "failed", **_TWO_KERNELS}),
 )

@@ -8,7 +8,9 @@ Function: Q, K, V, O and L, O(n d)).  Plot: MB vs n, log-log: slope 2 vs slope 1
 
 On a GPU, also: forward and forward + backward time of the Triton kernels (and the CUDA ones:
 "cuda", whose fp16 / bf16 forward and backward run on tensor cores, kernels/attention_mma*.cu, and
-"cuda scalar", the forward of kernels/attention.cu without them) beside torch's
+"cuda scalar", the forward of kernels/attention.cu without them; "triton atomic dq", forward +
+backward only: the Triton backward with dQ by atomic adds from the dK/dV kernel, DQ_BY_ATOMICS,
+FlashAttention-2's design, beside the default two-kernel one) beside torch's
 scaled_dot_product_attention restricted to its math path (the composed one) and to its flash path,
 timed round-robin (bench.compare_many: CUDA events, L2 flushed), at batch 4 x
 16 heads; TFLOP/s (forward 4 n^2 d per head, halved when causal; backward 2.5x the forward, the
@@ -33,7 +35,7 @@ from scaletrain import bench
 from scaletrain.ops import attention_naive, attention_tuning, ceiling, traffic
 
 __all__ = ["main", "speed_rows", "bytes_rows", "GRADED", "speed_inputs", "sdpa_paths", "forward_backward",
-           "batch_seconds", "graded_speed", "local_student", "graded_rows"]
+           "batch_seconds", "graded_speed", "local_student", "graded_rows", "atomic_dq_backend"]
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 HEAD_DIM = 64
@@ -183,6 +185,27 @@ def graded_speed(student, direction: str, *, seed: int, spec: dict | None = None
             "notes": [note for _, note in paths.values() if note]}
 
 
+def atomic_dq_backend():
+    """Triton's attention backend with the backward's dQ by atomic adds from the dK/dV kernel
+    (DQ_BY_ATOMICS on for the call, FlashAttention-2's design): timed beside the default, whose
+    separate dq kernel recomputes P (7 matmuls against 5, no atomics, deterministic)."""
+    import dataclasses
+
+    from scaletrain.ops.attention import attention_backend
+    from scaletrain.ops.backends import KERNELS_DIR, load_kernel_module
+
+    kernels = load_kernel_module(KERNELS_DIR / "attention_triton.py")
+
+    def bwd(*args):
+        given, kernels.DQ_BY_ATOMICS = kernels.DQ_BY_ATOMICS, True
+        try:
+            return kernels.attention_bwd(*args)
+        finally:
+            kernels.DQ_BY_ATOMICS = given
+
+    return dataclasses.replace(attention_backend("triton"), bwd=bwd)  # named "triton": scaletrain.ops.attention runs it
+
+
 def speed_rows(ns=(512, 1024, 2048, 4096), *, dtype=torch.float16, causal: bool = False, reps: int = 10,
                batch: int = 4, heads: int = 16) -> list[dict]:
     """GPU only: one row per (n, direction) with times, TFLOP/s and its % of a large bf16 matmul measured
@@ -199,6 +222,8 @@ def speed_rows(ns=(512, 1024, 2048, 4096), *, dtype=torch.float16, causal: bool 
              "math": paths["math"][0], "flash": paths["flash"][0] or paths["math"][0]}
     fixed = attention_backend("triton", tuned=False)
     fwd_only = {"triton fixed": lambda q, k, v: attention(q, k, v, causal=causal, backend=fixed)}  # forward-only rows
+    atomic = atomic_dq_backend()
+    fwd_bwd_only = {"triton atomic dq": lambda q, k, v: attention(q, k, v, causal=causal, backend=atomic)}
     try:  # the CUDA C++ kernels, when they build here
         attention(*(torch.randn(1, 1, 8, HEAD_DIM, device="cuda", dtype=dtype) for _ in range(3)), backend="cuda")
         impls["cuda"] = lambda q, k, v: attention(q, k, v, causal=causal, backend="cuda")
@@ -213,7 +238,7 @@ def speed_rows(ns=(512, 1024, 2048, 4096), *, dtype=torch.float16, causal: bool 
                 cands = {**impls, **fwd_only}
                 make = lambda: speed_inputs(spec, device="cuda")[:3]  # noqa: E731
             else:
-                cands = {key: forward_backward(f) for key, f in impls.items()}
+                cands = {key: forward_backward(f) for key, f in {**impls, **fwd_bwd_only}.items()}
                 make = lambda: speed_inputs(spec, device="cuda", grad=True)  # noqa: E731
             with torch.no_grad() if direction == "fwd" else contextlib.nullcontext():
                 comps = bench.compare_many(cands, "flash", setup=make, reps=reps, device="cuda")
@@ -326,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
           "targets >= 2x math at n >= 1024, >= 0.7x flash forward at n = 4096; 'cuda' = attention_mma.cu's "
           "tensor-core kernels for fp16 / bf16 (attention_mma*.cu), target >= 0.5x flash forward; "
           "'cuda scalar' = attention.cu's forward; 'triton' = its forward's tiles tuned on this GPU "
-          "(attention_tuning.py), 'triton fixed' = the launcher's 64 x 64, as a1b grades")
+          "(attention_tuning.py), 'triton fixed' = the launcher's 64 x 64, as a1b grades; 'triton atomic dq' = "
+          "the backward's dQ by atomic adds from the dK/dV kernel (FlashAttention-2), not the dq kernel")
     print(bench.format_table(speed))
     print("tiles the tuner chose:\n" + bench.format_table(attention_tuning.chosen()))
     print(f"\na1b's speed checks as graded ({GRADED}; attention_benchmark.graded_speed, the kernels in this "

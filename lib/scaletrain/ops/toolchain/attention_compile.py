@@ -18,13 +18,15 @@ _I, _F, _L = "i32", "*fp32", "*i64"
 _ATT = dict(seq_q=_I, seq_k=_I, head_dim=_I, scale="fp32")
 # the causal branch holds all the code of the other one; head dim 128 is the largest tile
 _TILES = [dict(CAUSAL=True, DOT_PRECISION="tf32", BLOCK_M=64, BLOCK_N=64, BLOCK_D=128)]
+# the dK/dV kernel with and without dQ's atomic adds (attention_triton.DQ_BY_ATOMICS): two different programs
+_DKDV_TILES = [{**tile, "ATOMIC_DQ": atomic} for tile in _TILES for atomic in (False, True)]
 
 SIGNATURES = {
     "attention_fwd_kernel": (dict(q_ptr="{T}", k_ptr="{T}", v_ptr="{T}", o_ptr="{T}", lse_ptr=_F, **_ATT), _TILES),
     "attention_bwd_delta_kernel": (dict(o_ptr="{T}", do_ptr="{T}", delta_ptr=_F, seq_q=_I, head_dim=_I),
                                    [dict(BLOCK_M=64, BLOCK_D=128)]),
     "attention_bwd_dkdv_kernel": (dict(q_ptr="{T}", k_ptr="{T}", v_ptr="{T}", do_ptr="{T}", lse_ptr=_F, delta_ptr=_F,
-                                       dk_ptr="{T}", dv_ptr="{T}", **_ATT), _TILES),
+                                       dk_ptr="{T}", dv_ptr="{T}", dq_ptr=_F, **_ATT), _DKDV_TILES),
     "attention_bwd_dq_kernel": (dict(q_ptr="{T}", k_ptr="{T}", v_ptr="{T}", do_ptr="{T}", lse_ptr=_F, delta_ptr=_F,
                                      dq_ptr="{T}", **_ATT), _TILES),
     "cross_entropy_fwd_kernel": (dict(x_ptr="{T}", target_ptr=_L, loss_ptr=_F, lse_ptr=_F, vocab=_I, smoothing="fp32",
