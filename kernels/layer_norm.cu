@@ -152,8 +152,10 @@ __host__ __device__ constexpr bool one_pass_fits() { return THREADS * CHUNKS * v
 
 // x and dy in registers, g = w * dy; (sum g, sum g x) in one F2 row_reduce; layer_norm_dx per
 // element.  Persistent rows: row lane (blockIdx.x, threadIdx.y) takes rows lane, lane + lanes, ...
-// (lanes = gridDim.x * blockDim.y).  With part_w non-null (only where one_pass_fits), each lane
-// also sums dy * xhat and dy of its columns over its rows, in fp32, and stores them once at
+// (lanes = gridDim.x * blockDim.y).  With part_w non-null (only where one_pass_fits: elsewhere the
+// sums' arrays would spill, and nvcc's spill report costs the compile check, so they must not
+// exist in those instantiations), each lane also sums dy * xhat and dy of its columns over its
+// rows, in fp32, and stores them once at
 // part_w[lane * cols + col], part_b[lane * cols + col]; layer_norm_dwdb_final adds the lanes'
 // rows: x and dy are read once for dx, dw and db.  g must be one rounded value wherever it is
 // read (the row sums and dx): `s.a += dy * w` may become an FMA that keeps the product unrounded
