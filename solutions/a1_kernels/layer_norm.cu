@@ -194,12 +194,14 @@ layer_norm_bwd_rows(const T* __restrict__ dy, const T* __restrict__ x, const T* 
       store_piece<T, VEC>(dx + row * cols, col, cols, aligned, out);
     }
   }
-  if (!one_pass_fits<T, THREADS, CHUNKS>() || part_w == nullptr || lane >= rows) return;
+  if constexpr (one_pass_fits<T, THREADS, CHUNKS>()) {
+    if (part_w == nullptr || lane >= rows) return;
 #pragma unroll
-  for (int c = 0; c < CHUNKS; ++c) {
-    const int64_t col = (static_cast<int64_t>(c) * THREADS + threadIdx.x) * VEC;
-    store_piece<float, VEC>(part_w + lane * cols, col, cols, false, acc_w[c]);  // once per lane: scalar is fine
-    store_piece<float, VEC>(part_b + lane * cols, col, cols, false, acc_b[c]);
+    for (int c = 0; c < CHUNKS; ++c) {
+      const int64_t col = (static_cast<int64_t>(c) * THREADS + threadIdx.x) * VEC;
+      store_piece<float, VEC>(part_w + lane * cols, col, cols, false, acc_w[c]);  // once per lane: scalar is fine
+      store_piece<float, VEC>(part_b + lane * cols, col, cols, false, acc_b[c]);
+    }
   }
 }
 
