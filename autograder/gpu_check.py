@@ -44,7 +44,11 @@ from typing import Callable
 from autograder.manifest import REPO
 
 STEP_TIMEOUT_S = 3600   # each step; a hang is reported, not waited on forever
-CLASS = {"a1": "CUDA softmax that writes zeros"}  # assignment -> the planted bug of the class's third student
+# assignment -> the planted bug of the class's third student.  a1b: its only GPU group is the speed
+# checks (~40 s a student on an H200) where a1's rebuild the CUDA extension per student (~100 s),
+# and `grade a1 --device cuda` (step 2) already runs that build in the sandbox: the class proves
+# the regrade's merge of CPU and GPU results, which is the same for every assignment.
+CLASS = {"a1b": "backward without the rowsum(dO * O) term"}
 CHILD_ENV = "AUTOGRADER_GPU_CHECK_PYTHON"           # set in the re-executed gpu-check: the interpreter it runs on
 # what an interpreter must answer for gpu-check to run there: its torch, CUDA, triton, pytest-xdist
 PROBE = ("import importlib.util as u, json, platform, torch; c = torch.cuda.is_available(); "

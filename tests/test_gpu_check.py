@@ -163,7 +163,8 @@ def test_the_class_folder_is_the_solution_the_stub_and_one_plant(tmp_path):
 
 
 def _class(solution="100", stub="0", planted="96", pending="0"):
-    return [{"assignment": "a1", "name": n, "total": t, "max": "100", "pending": pending, "failed": "0"}
+    (assignment,) = gpu_check.CLASS
+    return [{"assignment": assignment, "name": n, "total": t, "max": "100", "pending": pending, "failed": "0"}
             for n, t in (("solution", solution), ("stub", stub), ("planted", planted))]
 
 
