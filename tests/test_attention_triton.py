@@ -55,7 +55,7 @@ def kernel_case(bh, seq_q, seq_k, d, causal, dtype, block, seed=0):
         assert_close(got, ref, rtol=4 * tol, atol=atol[name], what=name)
 
 
-def atomic_dq_case(bh, seq_q, seq_k, d, causal, dtype, block_m, block_n, seed=3):
+def atomic_dq_case(bh, seq_q, seq_k, d, causal, dtype, block_m, block_n, seed=3, device="cpu"):
     """DQ_BY_ATOMICS (FlashAttention-2's design), through `bench attention`'s "triton atomic dq"
     backend: dQ from the dK/dV kernel's atomic adds agrees with the dq kernel's and float64 SDPA's,
     dK and dV are the same bits, the dq kernel never runs, and the switch is off again after."""
@@ -63,8 +63,8 @@ def atomic_dq_case(bh, seq_q, seq_k, d, causal, dtype, block_m, block_n, seed=3)
     from scaletrain.ops.backends import load_kernel_module
     kernels = load_kernel_module(KERNELS_DIR / "attention_triton.py")
     torch.manual_seed(seed)
-    q, k, v = (torch.randn(bh, s, d).to(dtype) for s in (seq_q, seq_k, seq_k))
-    do = torch.randn(bh, seq_q, d).to(dtype)
+    q, k, v = (torch.randn(bh, s, d).to(device, dtype) for s in (seq_q, seq_k, seq_k))
+    do = torch.randn(bh, seq_q, d).to(device, dtype)
     o, lse = kernels.attention_fwd(q, k, v, causal, block_m=block_m, block_n=block_n)
     two = kernels.attention_bwd(do, q, k, v, o, lse, causal, block_m=block_m, block_n=block_n)
     dq_kernel, launches = kernels.attention_bwd_dq_kernel, []
@@ -242,6 +242,14 @@ def test_gpu_matches_sdpa(backend, dtype, seq, d, causal):
     atol = attention_grad_atol(q, k, v, do, storage=dtype)  # sequence 1: dQ, dK are 0 in float64 (H200: 5e-7)
     for name, got, r in zip("QKV", (q, k, v), ref):
         assert_close(got.grad, r.grad, rtol=8 * tol, atol=atol[f"d{name}"], what=f"d{name}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_dq_by_atomic_adds_under_real_concurrency(causal):
+    """On a GPU the key tiles' programs run at once and race to add into the same dQ rows (the
+    interpreter runs them one after another): 32 key tiles a head, every contribution kept."""
+    atomic_dq_case(32, 2048, 2048, 64, causal, torch.float16, 64, 64, device="cuda")
 
 
 @pytest.mark.gpu
