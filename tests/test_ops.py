@@ -278,3 +278,18 @@ def test_interpreter_mode_changed_after_importing_triton_is_a_clear_error(monkey
     monkeypatch.setenv("TRITON_INTERPRET", "0" if interpreted else "1")
     with pytest.raises(RuntimeError, match="before the first `import triton`"):
         load_kernel_module(KERNELS_DIR / "softmax_triton.py")
+
+
+def test_with_switch_sets_a_kernel_modules_switch_for_one_call_and_restores_it_even_on_error():
+    import types
+
+    from scaletrain.ops.backends import with_switch
+    module = types.SimpleNamespace(FUSE_DWDB=True)
+    seen = with_switch(module, "FUSE_DWDB", False, lambda x: (x, module.FUSE_DWDB))(7)
+    assert seen == (7, False) and module.FUSE_DWDB is True
+
+    def boom():
+        raise RuntimeError("kernel failed")
+    with pytest.raises(RuntimeError):
+        with_switch(module, "FUSE_DWDB", False, boom)()
+    assert module.FUSE_DWDB is True

@@ -192,17 +192,10 @@ def atomic_dq_backend():
     import dataclasses
 
     from scaletrain.ops.attention import attention_backend
-    from scaletrain.ops.backends import KERNELS_DIR, load_kernel_module
+    from scaletrain.ops.backends import KERNELS_DIR, load_kernel_module, with_switch
 
     kernels = load_kernel_module(KERNELS_DIR / "attention_triton.py")
-
-    def bwd(*args):
-        given, kernels.DQ_BY_ATOMICS = kernels.DQ_BY_ATOMICS, True
-        try:
-            return kernels.attention_bwd(*args)
-        finally:
-            kernels.DQ_BY_ATOMICS = given
-
+    bwd = with_switch(kernels, "DQ_BY_ATOMICS", True, kernels.attention_bwd)
     return dataclasses.replace(attention_backend("triton"), bwd=bwd)  # named "triton": scaletrain.ops.attention runs it
 
 

@@ -25,7 +25,7 @@ from scaletrain.ops.interface import (BACKEND_DTYPES, KERNELS_DIR, Backend, chec
                                       triton_interpreter_on)
 
 __all__ = ["Backend", "BACKENDS", "KERNELS_DIR", "get_backend", "resolve", "resolve_name", "triton_interpreter_on",
-           "load_kernel_module"]
+           "load_kernel_module", "with_switch"]
 
 BACKENDS = ("auto", "torch", "triton", "cuda")
 
@@ -64,6 +64,20 @@ def _load_kernel_module(path: str, name: str | None, interpret: bool) -> ModuleT
     sys.modules[mod_name] = module  # Triton's JIT reads the kernels' source through the module
     spec.loader.exec_module(module)
     return module
+
+
+def with_switch(module: ModuleType, name: str, value, fn):
+    """`fn` with the kernel module's switch `name` (e.g. FUSE_DWDB, DQ_BY_ATOMICS) set to `value`
+    for each call and restored after: a design the wrapper does not take by default, timed beside
+    the default in one benchmark run."""
+    def call(*args, **kwargs):
+        given = getattr(module, name)
+        setattr(module, name, value)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            setattr(module, name, given)
+    return call
 
 
 def _triton_backend() -> Backend:

@@ -139,18 +139,11 @@ def two_pass_backend() -> Backend:
     (FUSE_DWDB off): the design task 1.4's one-pass kernel replaced, timed beside it."""
     import dataclasses
 
-    from scaletrain.ops.backends import KERNELS_DIR, load_kernel_module
+    from scaletrain.ops.backends import KERNELS_DIR, load_kernel_module, with_switch
 
     ln = load_kernel_module(KERNELS_DIR / "layer_norm_triton.py")
-
-    def layer_norm_bwd(*args):
-        ln.FUSE_DWDB = False
-        try:
-            return ln.layer_norm_bwd(*args)
-        finally:
-            ln.FUSE_DWDB = True
-
-    return dataclasses.replace(get_backend("triton"), name="triton 2-pass", layer_norm_bwd=layer_norm_bwd)
+    return dataclasses.replace(get_backend("triton"), name="triton 2-pass",
+                               layer_norm_bwd=with_switch(ln, "FUSE_DWDB", False, ln.layer_norm_bwd))
 
 
 def _backends_for(op: str, direction: str, backends: dict[str, Backend]) -> dict[str, Backend]:
