@@ -18,8 +18,9 @@ pins 2.13 / 3.9, and `make gpu-check` then failed before testing anything (issue
    per kernel, backend and row length, against naive and native from the same run);
 and writes `report.md` and `report.json` (GPU name, the versions that ran beside the pins, every
 outcome, every figure) under `--out` (default bench_out/gpu_check), again after every step: a run
-stopped half-way leaves a report of what it finished, headed INCOMPLETE.  Step 3's CPU regrade
-needs no GPU, so it runs beside steps 1-2. Exit 0 when everything
+stopped half-way leaves a report of what it finished, headed INCOMPLETE.  What needs no GPU here
+runs beside the GPU steps: step 3's CPU regrade, and step 2's grading of an assignment whose GPU
+groups need more GPUs than the machine has (a2's NCCL ring, `Group.gpus`, on one GPU). Exit 0 when everything
 passed (a check `not_run` for want of a second GPU is listed, not failed), 1 otherwise.
 
 On a machine without a GPU it says so and exits 0 having run nothing: nothing GPU-side can be
@@ -127,6 +128,14 @@ def gpu_assignments() -> list[str]:
     from autograder.manifest import all_manifests
 
     return [a for a, m in all_manifests().items() if any(g.needs_gpu for g in m.groups)]
+
+
+def beside_gpu_steps(gpus: int) -> list[str]:
+    """The GPU assignments whose every GPU group needs more GPUs than `gpus` (a2's NCCL ring on a
+    one-GPU machine): their grading does no GPU work here, so it runs beside the GPU steps."""
+    from autograder.manifest import get_manifest
+
+    return [a for a in gpu_assignments() if all(g.gpus > gpus for g in get_manifest(a).groups if g.needs_gpu)]
 
 
 def commands(python: str, out: Path, *, xdist: bool = False) -> dict[str, list[str]]:
@@ -259,19 +268,23 @@ def collect(out: Path, *, xdist: bool = False, save: Callable[[dict], None] = la
     save(report)
     for a in CLASS:
         class_folder(a, out / "class" / a / "submissions")
-    on_cpu = {a: Step(f"class {a} cpu", cmds[f"class {a} cpu"], out / "class" / a / "regrade-cpu.log") for a in CLASS}
+    on_cpu = {f"class {a} cpu": Step(f"class {a} cpu", cmds[f"class {a} cpu"], out / "class" / a / "regrade-cpu.log")
+              for a in CLASS}
+    on_cpu |= {f"grade {a}": Step(f"grade {a}", cmds[f"grade {a}"], out / f"grade-{a}.log")
+               for a in beside_gpu_steps(report["machine"].get("gpus", 1))}
     try:
         report["tests_exit"] = _run("tests", cmds["tests"], out / "gpu_tests.log")
         report["tests"] = junit_outcomes(out / "gpu_tests.xml") if (out / "gpu_tests.xml").is_file() else []
         done("tests")
         for a in gpu_assignments():
-            code = _run(f"grade {a}", cmds[f"grade {a}"], out / f"grade-{a}.log")
+            beside = on_cpu.get(f"grade {a}")
+            code = beside.wait() if beside else _run(f"grade {a}", cmds[f"grade {a}"], out / f"grade-{a}.log")
             report["grade_exit"] = max(report["grade_exit"], 0 if code == 3 else code)  # 3: checks not run (one GPU)
             found = out / f"grade-{a}.json"
             report["grade"] += gpu_grades(json.loads(found.read_text())) if found.is_file() else []
             done(f"grade {a}")
         for a in CLASS:
-            report["class_exit"] |= on_cpu[a].wait()
+            report["class_exit"] |= on_cpu[f"class {a} cpu"].wait()
             done(f"class {a} cpu")
             report["class_exit"] |= _run(f"class {a} cuda", cmds[f"class {a} cuda"], out / "class" / a / "regrade-cuda.log")
             report["class"] += class_rows(a, out / "class" / a / "results")

@@ -49,6 +49,7 @@ class Group:
     checks: tuple[Check, ...]
     timeout_s: float = 60.0
     needs_gpu: bool = False
+    gpus: int = 1  # the CUDA GPUs a needs_gpu group uses (a2's NCCL ring: 2); with fewer, not_run
     # the group function runs in a process that never imports the submission; it reaches the
     # student's code only through ctx.remote / ctx.untrusted (autograder/untrusted.py). False is the
     # legacy path (the suite beside the student's code, as the sandbox account): the harness's own

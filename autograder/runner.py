@@ -56,6 +56,9 @@ def run_group(manifest: Manifest, group: Group, submission: Path, device: str, *
     if group.needs_gpu and device != "cuda":
         return [Result(manifest.assignment, c, "not_run", "needs a CUDA GPU; none on this machine")
                 for c in group.checks]
+    if group.needs_gpu and group.gpus > 1 and (found := gpu_count()) < group.gpus:
+        return [Result(manifest.assignment, c, "not_run", f"needs {group.gpus} GPUs, found {found}")
+                for c in group.checks]
     with tempfile.TemporaryDirectory(prefix=f"grade-{manifest.assignment}-", ignore_cleanup_errors=True) as tmp:
         report = Path(tmp) / "report.jsonl"
         report.touch()
@@ -82,6 +85,13 @@ def run_group(manifest: Manifest, group: Group, submission: Path, device: str, *
                    else "not reached (the group ended before this check)")
             results.append(Result(manifest.assignment, c, "error", why))
     return results
+
+
+def gpu_count() -> int:
+    """CUDA GPUs this grader sees (its workers see the same)."""
+    import torch
+
+    return torch.cuda.device_count()
 
 
 def _vault(folder: Path, report: Path) -> None:

@@ -73,10 +73,10 @@ def test_a_check_not_run_for_a_second_gpu_is_listed_not_failed():
     check not run for any other reason (e.g. no CUDA seen by the worker) is a FAIL."""
     good = _report()
     nccl = {"assignment": "a2", "task": "2.5", "check": "allreduce vs NCCL", "outcome": "not_run",
-            "reason": "needs 2 GPUs for NCCL, found 1"}
+            "reason": "needs 2 GPUs, found 1"}
     assert gpu_check.passed({**good, "grade": good["grade"] + [nccl]})
     assert "a2 allreduce vs NCCL: not_run" in gpu_check.render({**good, "grade": good["grade"] + [nccl]})
-    no_cuda = {**nccl, "assignment": "a1", "reason": "needs a CUDA device"}
+    no_cuda = {**nccl, "assignment": "a1", "reason": "needs a CUDA GPU; none on this machine"}
     assert not gpu_check.passed({**good, "grade": good["grade"] + [no_cuda]})
 
 
@@ -194,6 +194,23 @@ def _fake_steps(monkeypatch, tmp_path, cpu_regrade: str, tests: str = "true"):
         return cmds
 
     monkeypatch.setattr(gpu_check, "commands", commands)
+
+
+def test_an_assignment_whose_gpu_groups_need_more_gpus_than_here_grades_beside_the_gpu_steps():
+    """a2's only GPU group is a 2-GPU NCCL ring: on one GPU its grading does no GPU work."""
+    assert gpu_check.beside_gpu_steps(1) == ["a2"]
+    assert gpu_check.beside_gpu_steps(2) == [] and gpu_check.beside_gpu_steps(8) == []
+
+
+def test_the_runner_records_not_run_where_a_group_needs_more_gpus(monkeypatch, tmp_path):
+    """No worker starts: every check of the group is not_run, the reason gpu-check lists, not fails."""
+    from autograder import runner
+    m = get_manifest("a2")
+    group = next(g for g in m.groups if g.gpus > 1)
+    monkeypatch.setattr(runner, "gpu_count", lambda: 1)
+    results = runner.run_group(m, group, tmp_path, "cuda")
+    assert [r.outcome for r in results] == ["not_run"] * len(group.checks)
+    assert all(gpu_check.wants_more_gpus({"outcome": r.outcome, "reason": r.reason}) for r in results)
 
 
 def test_a_report_is_written_after_every_step_and_says_incomplete_until_the_last(tmp_path, monkeypatch):

@@ -66,7 +66,7 @@ MANIFEST = Manifest(
         Group("speed_cpu", _SPEED + "group_speed_cpu", timeout_s=120, trusted=True, checks=(
             Check("2.4", C_RS_SPEED, 1), Check("2.4", C_AR_SPEED, 2),
         )),
-        Group("speed_gpu", _SPEED + "group_speed_gpu", timeout_s=180, needs_gpu=True,
+        Group("speed_gpu", _SPEED + "group_speed_gpu", timeout_s=180, needs_gpu=True, gpus=2,  # NCCL ring of 2
               trusted=True, checks=(Check("2.4", C_NCCL, 2),)),
     ),
     planted=PLANTED,
