@@ -24,6 +24,8 @@ CUDA_BUGS = {
         SMC, "if (row >= rows) return;  // uniform", "if (row > rows) return;  // uniform"),
     "CUDA one-pass dweight partial sums of dy * x, not dy * x-hat": (
         LNC, "acc_w[c][k] += dv[c][k] * ((xv[c][k] - mu) * r);", "acc_w[c][k] += dv[c][k] * xv[c][k];"),
+    "CUDA launcher edited to take the second pass everywhere (right numbers, no partial rows)": (
+        LNC, "const bool one_pass = need && one_pass_fits<T, kThreads, kChunks>();", "const bool one_pass = false;"),
 }
 CUDA_BUG_OUTCOMES = {  # what each bug gets, and a check of another task that must still pass
     "CUDA softmax that writes zeros": {EMULATED["1.6"]: "failed", EMULATED["1.7"]: "passed"},
@@ -34,6 +36,8 @@ CUDA_BUG_OUTCOMES = {  # what each bug gets, and a check of another task that mu
     "CUDA softmax with an off-by-one row bound (reads past the end of x)": {EMULATED["1.6"]: "error"},
     "CUDA one-pass dweight partial sums of dy * x, not dy * x-hat": {EMULATED["1.9"]: "failed",
                                                                      EMULATED["1.8"]: "passed"},
+    "CUDA launcher edited to take the second pass everywhere (right numbers, no partial rows)": {
+        EMULATED["1.9"]: "failed", EMULATED["1.8"]: "passed"},
 }
 
 
