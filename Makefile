@@ -36,7 +36,8 @@ test: setup
 
 # The deployments as deployed (minutes; CI runs it after `make test`): a Gradescope package unzipped
 # at /autograder and installed by its own setup.sh (root: a private mount namespace), and a fresh
-# clone of the student repository set up by its own `make setup`, its notebooks run on the stubs.
+# clone of the student repository set up by its own `make setup`, its notebooks run on the stubs, and
+# what gpu-check runs through the Triton interpreter, under the GPU machine's Triton (3.6).
 deploy-test: setup
 	$(BIN)/python -m pytest -n 0 -s tests/deploy
 

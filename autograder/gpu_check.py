@@ -61,14 +61,17 @@ PROBE = ("import importlib.util as u, json, platform, torch; c = torch.cuda.is_a
 
 def gpu_facts() -> dict:
     """The machine: GPU name, peak DRAM bandwidth, and the versions a reader needs."""
+    import numpy
     import torch
     import triton
 
     from scaletrain.ops.benchmark import peak_gbps
 
+    # numpy: the Triton interpreter grades the class's CPU half, and an older Triton's interpreter
+    # depends on it (scaletrain/ops/toolchain/interpreter_compat.py)
     return {"gpu": torch.cuda.get_device_name(), "peak GB/s": peak_gbps(), "torch": torch.__version__,
-            "cuda": torch.version.cuda, "triton": triton.__version__, "python": platform.python_version(),
-            "gpus": torch.cuda.device_count()}
+            "cuda": torch.version.cuda, "triton": triton.__version__, "numpy": numpy.__version__,
+            "python": platform.python_version(), "gpus": torch.cuda.device_count()}
 
 
 def pins() -> dict:

@@ -11,3 +11,6 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+if os.environ.get("TRITON_INTERPRET") == "1":
+    from scaletrain.ops.toolchain.interpreter_compat import patch_scalar_index
+    patch_scalar_index()  # an older Triton's interpreter beside NumPy >= 2.4 (see that module)

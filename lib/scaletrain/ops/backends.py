@@ -57,6 +57,9 @@ def _load_kernel_module(path: str, name: str | None, interpret: bool) -> ModuleT
         raise RuntimeError(f"TRITON_INTERPRET={int(interpret)} now, but triton was imported with it "
                            f"{'unset' if interpret else 'set'}: set TRITON_INTERPRET before the first "
                            "`import triton` (at the top of the script or in the environment)")
+    if interpret:
+        from scaletrain.ops.toolchain.interpreter_compat import patch_scalar_index
+        patch_scalar_index()  # Triton 3.6's interpreter with NumPy >= 2.4: loop bounds from scalars
     stem = name or Path(path).stem
     mod_name = f"scaletrain_kernels_{stem}{'_interpreted' if interpret else ''}"
     spec = importlib.util.spec_from_file_location(mod_name, path)

@@ -9,4 +9,5 @@
   cuda_cpu.py            the emulator as a backend ("cuda-cpu") over CPU tensors: the .cu kernels'
                          numbers, bounds and races checked on a CPU; attention_cuda_cpu.py: module 1b's
   isolated.py            a worker process whose TRITON_INTERPRET is fixed before triton is imported
+  interpreter_compat.py  an older Triton's interpreter (3.6, a GPU machine's) beside NumPy >= 2.4
 """
