@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import importlib.util
 import json
 import os
 import platform
@@ -39,6 +40,7 @@ AS_ENV = "AUTOGRADER_SANDBOX_AS_GIB"    # address space per process in GiB; 0: u
 # A rank (torch + gloo, 4 ranks of a5) peaks at 1.4 GiB of virtual memory on a 2-core machine; glibc's
 # malloc arenas (8 per core) and thread stacks grow it with the core count, hence a wide margin.
 DEFAULT_AS_GIB = 16
+THIRD_PARTY = ("torch", "numpy", "triton")   # what the graded code imports beside the grading build
 NOFILE = 1024
 FSIZE = 256 << 20         # also bounds the group's log: print() past it ends the process (SIGXFSZ)
 NPROC = 4096              # tasks (threads count) of the sandbox user, concurrent groups together
@@ -182,8 +184,9 @@ def _probe(account: pwd.struct_passwd) -> str | None:
     grader itself: in a package the grader's source is root's alone, by design."""
     what = f"user {account.pw_name} cannot run {sys.executable} with its packages"
     ids, paths = (account.pw_uid, account.pw_gid), interpreter_paths()
+    env = {"PATH": os.defpath, "PYTHONPATH": os.pathsep.join(package_paths())}  # as a worker starts
     try:
-        proc = subprocess.run([sys.executable, "-c", "import numpy"], cwd="/", env={"PATH": os.defpath},
+        proc = subprocess.run([sys.executable, "-S", "-c", "import numpy"], cwd="/", env=env,
                               preexec_fn=lambda: jail(ids, expose=paths),
                               stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.SubprocessError) as exc:
@@ -270,11 +273,21 @@ def jail(account: tuple[int, int] | None, *, expose: list[str], hide: tuple[str,
         os.setuid(account[0])
 
 
+def package_paths() -> list[str]:
+    """The worker's import path for third-party packages (it starts with -S: no site, no .pth): this
+    interpreter's site-packages, and the folder each of THIRD_PARTY is found in from here when that
+    is elsewhere (the user site, a .pth's folder, PYTHONPATH). A GPU machine's torch need not be in
+    its interpreter's site-packages; a worker without it would fail every student's code alike."""
+    found = (importlib.util.find_spec(name) for name in THIRD_PARTY)
+    return list(dict.fromkeys([*site.getsitepackages(),
+                               *(os.path.dirname(os.path.dirname(s.origin)) for s in found if s and s.origin)]))
+
+
 def interpreter_paths() -> list[str]:
     """What a process of this interpreter reads before it imports anything of ours: its prefixes,
-    its executable's folder and its site-packages, as named (a venv reached through a link finds its
-    pyvenv.cfg there) and as real paths."""
-    named = {sys.base_prefix, sys.prefix, os.path.dirname(os.path.abspath(sys.executable)), *site.getsitepackages()}
+    its executable's folder and its packages' folders, as named (a venv reached through a link finds
+    its pyvenv.cfg there) and as real paths."""
+    named = {sys.base_prefix, sys.prefix, os.path.dirname(os.path.abspath(sys.executable)), *package_paths()}
     return sorted(named | {os.path.realpath(p) for p in named})
 
 

@@ -32,7 +32,6 @@ import json
 import os
 import shutil
 import signal
-import site
 import socket
 import subprocess
 import sys
@@ -151,7 +150,7 @@ class Untrusted:
 
     def _env(self) -> dict[str, str]:
         build = Path(os.environ[BUILD_ENV])
-        paths = [build / "lib", build, *map(Path, site.getsitepackages())]
+        paths = [build / "lib", build, *map(Path, sandbox.package_paths())]
         # caches (WORKER_CACHES) are the worker's own: the grader's, or those torch pointed into the
         # trusted side's folder (importing torch._dynamo sets TORCHINDUCTOR_CACHE_DIR), it can't write
         inherited = (SEED_ENV, "PYTHONPATH", BUILD_ENV, zygote.WORKER_CLIENT_ENV, *WORKER_CACHES)

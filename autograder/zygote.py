@@ -24,7 +24,6 @@ import resource
 import runpy
 import select
 import signal
-import site
 import socket
 import subprocess
 import sys
@@ -59,7 +58,7 @@ class Zygote:
         self._sock, self._proc = _start([sys.executable, "-m", "autograder.zygote"], env=None)
         # the workers' zygote sees none of the grader's environment and only the third-party
         # packages and the (stdlib-only) autograder.sandbox: autograder/worker_zygote.py
-        paths = [str(Path(__file__).resolve().parent.parent), *site.getsitepackages()]
+        paths = [str(Path(__file__).resolve().parent.parent), *sandbox.package_paths()]
         env = {k: v for k, v in os.environ.items() if k in WORKER_ZYGOTE_KEEPS}
         self._workers, self._workers_proc = _start([sys.executable, "-S", "-m", "autograder.worker_zygote"],
                                                    env=dict(env, PYTHONPATH=os.pathsep.join(paths)))

@@ -148,3 +148,26 @@ def test_nobody_runs_an_interpreter_it_could_not_reach(tmp_path):
     for folder in closed_folders:  # only the way to the interpreter is there; the rest is out of sight
         inside = {Path(p).relative_to(folder).parts[0] for p in closed if Path(p).is_relative_to(folder)}
         assert set(listed[folder]) == inside, (folder, listed[folder])
+
+
+@pytest.mark.slow
+def test_the_worker_imports_torch_from_where_the_grader_does(folder):
+    """An interpreter whose packages are reached only through a .pth (a GPU machine's torch may sit
+    in the user site, a .pth's folder or PYTHONPATH, not in site.getsitepackages()): the worker
+    starts with -S, so it is handed the folders the grader finds torch, numpy and triton in, and a0's
+    solution gets every point instead of every check crashing on `import torch`."""
+    import sysconfig
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder / "venv")], check=True, timeout=120)
+    os.chmod(folder, 0o755)
+    site_dir = next((folder / "venv").glob("lib/python*/site-packages"))
+    (site_dir / "course.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    repo = Path(sandbox.__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "AUTOGRADER_SUBMISSION")}
+    env["PYTHONPATH"] = os.pathsep.join([str(repo / "lib"), str(repo)])
+    out = folder / "a0.json"
+    proc = subprocess.run([str(folder / "venv" / "bin" / "python"), "-m", "autograder", "grade", "a0", "--submission",
+                           str(repo / "solutions" / "a0_memory"), "--json", str(out)], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=600)
+    result = json.loads(out.read_text())
+    assert proc.returncode == 0 and result["score"] == 100, proc.stdout[-3000:] + proc.stderr[-2000:]
