@@ -2,7 +2,7 @@
 
 `make gpu-check` runs on a GPU machine as it comes, on that machine's own packages: the first
 H200 run had torch 2.11 and Triton 3.6 against the pins 2.13 / 3.9
-(`../shared/gpu-runs/2026-11-27-h200/env.txt`). Most of what it runs is compiled for the GPU,
+(`../shared/gpu-runs/2026-11-27-h200/env.txt`; the image's package list adds NumPy 2.5.2). Most of what it runs is compiled for the GPU,
 but the class's CPU regrade (step 3) grades a1b's CPU groups through the Triton interpreter of
 that machine, and Triton 3.6's interpreter beside NumPy >= 2.4 could not take a loop bound from a
 kernel's scalar argument (`scaletrain/ops/toolchain/interpreter_compat.py`), which lost the

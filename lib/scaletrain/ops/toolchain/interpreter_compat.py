@@ -5,9 +5,10 @@ arrays. `range(0, cols, BLOCK_N)` then asks the tensor for `__index__`, which Tr
 answers with `int(array)`; NumPy 2.4 turned that deprecated conversion of an array with ndim > 0
 into a TypeError ("only 0-dimensional arrays can be converted to Python scalars"). Triton 3.9
 converts the array's single element instead. A GPU machine as it comes pairs its own Triton
-(3.6 on the first H200 run) with whatever NumPy it has, and `make gpu-check` grades the class's
-CPU half there through the interpreter, so the course carries the same conversion for any
-Triton whose interpreter lacks it. Compiled kernels never take this path.
+with its own NumPy (the lent H100/H200 image of 2026-11: Triton 3.6.0, NumPy 2.5.2), and
+`make gpu-check` grades the class's CPU half there through the interpreter, so the course
+carries the same conversion for any Triton whose interpreter lacks it. Compiled kernels never
+take this path.
 """
 
 from __future__ import annotations
