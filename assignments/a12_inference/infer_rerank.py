@@ -60,9 +60,8 @@ def retrieve_rerank(x: torch.Tensor, k: int, *, groups: int | None = None) -> tu
 
     The contract: values exactly torch.topk's (ties and -inf included, any 1 <= k <= groups <= V), each
     index pointing at its value, distinct within a row; torch.topk and kthvalue are not for you to
-    call, and a sort sees the candidates and the group maxima only, never the whole row.
-    The candidates of each row are compacted, left-aligned in index order, into a (rows, c_max)
-    buffer padded with -inf at index V: only those c_max columns are sorted, not V."""
+    call, and a sort sees the candidates and the group maxima only, never the whole row. How the
+    candidates reach that sort (a padded buffer, a flat list, a loop over rows) is yours."""
     raise NotImplementedError('a12 task 12.3: implement `retrieve_rerank` (see assignments/a12_inference/README.md)')
 
 

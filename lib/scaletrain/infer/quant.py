@@ -1,15 +1,19 @@
 """Uniform weight quantization: scale, zero point, calibration and granularity (seminar notes §2.1).
 
-    Q(r) = Int(r / S) - Z          (Gholami et al. 2021 survey; seminar §2.1; here stored q = round(r/S) + Z)
-    r̂ = (q - Z) · S                 dequantization
+A b-bit code q of a group stands for the real value
 
+    r̂ = (q - Z) · S                 dequantization (the survey's Q(r) = Int(r / S) - Z, inverted:
+                                     Gholami et al. 2021; seminar §2.1)
+
+with one scale S > 0 and one integer zero point Z per group, and the codes stored as int8.
 Calibration picks the clipping range [α, β]: `minmax` takes the extremes (sensitive to outliers),
 `percentile` the p-th and (100-p)-th percentiles (robust; the outliers are clipped).
-Symmetric (-α = β, Z = 0): q ∈ [-(2^(b-1) - 1), 2^(b-1) - 1], S = β / (2^(b-1) - 1) (the restricted
-range, so that +β and -β are both representable). Asymmetric: q ∈ [-2^(b-1), 2^(b-1) - 1],
-S = (β - α) / (2^b - 1), Z = q_min - round(α / S) an integer, with 0 ∈ [α, β] enforced so that the real
-zero is represented exactly (r = 0 → q = Z → r̂ = 0).
-Rounding to nearest inside the range errs by at most S/2 per element (the tests' bound).
+Symmetric (Z = 0, -α = β) uses the restricted codes `QuantSpec.qrange`, -(2^(b-1) - 1) to
+2^(b-1) - 1, so that +β and -β are both representable; asymmetric uses all 2^b codes and must
+represent the real zero exactly (a padded or ReLU'd zero then costs nothing), so 0 is put inside
+[α, β] first. In both, S and Z are what lay the codes' grid over [α, β]; rounding to the nearest
+grid point then errs by at most S/2 per element inside the range (the tests' bound), and a grid
+coarser than the range needs wastes bits.
 
 Granularity: the weight (out, in) is read row-major in groups of `group_size` consecutive elements,
 one (S, Z) per group. group_size = out·in is per-tensor, = in per-channel (per output row), a
