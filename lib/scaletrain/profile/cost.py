@@ -5,9 +5,10 @@ elementwise operations are "limited by memory access speed", the linear layers b
 Which one an op is follows from its arithmetic intensity FLOPs / bytes (Williams et al. 2009,
 the roofline), so each op needs both counts:
 
-  * matmul (m, k) @ (k, n): 2·m·n·k FLOPs (a multiply and an add per term), bytes = every operand
-    read once and the output written once, the minimum a kernel can move.  A linear layer's
-    backward is two such products (dX = dY·Wᵀ and dW = Xᵀ·dY): twice its forward.
+  * matmul: 2 FLOPs per multiply-add (a multiply and an add for every term of every output
+    element's sum), bytes = every operand read once and the output written once, the minimum a
+    kernel can move.  A linear layer's backward is two products the size of its forward one
+    (dX = dY·Wᵀ and dW = Xᵀ·dY): twice its forward.
   * attention (FlashAttention's kernels): Q·Kᵀ and P·V, 4·b·a·s_q·s_k·d FLOPs forward, half of it
     when causal (the masked blocks are skipped); the backward recomputes S and forms dV, dP, dQ, dK:
     5/2 of the forward (Dao et al. 2022, §3.1 and appendix B); bytes: module 1b's minimum traffic.
