@@ -80,7 +80,12 @@ def atomic_dq_case(bh, seq_q, seq_k, d, causal, dtype, block_m, block_n, seed=3,
         kernels.attention_bwd_dq_kernel = dq_kernel
     assert not launches, "atomics on: the dq kernel must not be launched"
     assert not kernels.DQ_BY_ATOMICS, "the default stays the two-kernel backward"
-    assert atomic[0].dtype == dtype and torch.equal(atomic[1], two[1]) and torch.equal(atomic[2], two[2])
+    assert atomic[0].dtype == dtype
+    if device == "cpu":  # the interpreter runs dK and dV's code as it stands in both programs: the same bits
+        assert torch.equal(atomic[1], two[1]) and torch.equal(atomic[2], two[2])
+    else:  # two programs compiled apart (ATOMIC_DQ is a constexpr): allowed their own instruction order
+        for got, ref, name in ((atomic[1], two[1], "dK"), (atomic[2], two[2], "dV")):
+            assert_close(got, ref, rtol=TOLERANCE[dtype], what=f"{name} with dQ by atomics against without")
     # one rounding to the storage type apart (the atomic sum is cast once, at the end)
     assert_close(atomic[0], two[0], rtol=TOLERANCE[dtype], what="dQ by atomics against the dq kernel's")
     _, _, grads = _reference(q, k, v, do, causal)
