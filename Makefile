@@ -16,6 +16,8 @@ GPU_PY          := $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+	  { echo "make setup: $(PYTHON) is older than Python 3.11, which the pinned numpy and matplotlib need; try: make setup PYTHON=python3.12" >&2; exit 2; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@if [ "$(TORCH_BUILD)" = cpu ]; then $(BIN)/python -m pip install --quiet --disable-pip-version-check \
 	  --no-deps --index-url $(TORCH_CPU_INDEX) '$(TORCH_PIN)+cpu'; fi

@@ -36,7 +36,22 @@ SETUP_SH = """\
 # student's code imports only {build}/. torch is the {torch} build, chosen when the zip was built.
 set -euo pipefail
 apt-get update -qq && apt-get install -y -qq {apt} >/dev/null
-python3 -m venv /autograder/venv
+# the pins (numpy 2.4, matplotlib 3.11) need Python >= 3.11, and Ubuntu 22.04's python3 is 3.10
+find_python() {{
+  for p in python3 python3.13 python3.12 python3.11; do
+    if command -v "$p" >/dev/null && "$p" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+      echo "$p"; return 0
+    fi
+  done
+  return 1
+}}
+python=$(find_python || true)
+if [ -z "$python" ]; then
+  apt-get install -y -qq python3.11 python3.11-venv >/dev/null
+  python=$(find_python || true)
+fi
+[ -n "$python" ] || {{ echo "setup.sh: no Python >= 3.11 here, nor from apt (python3.11)" >&2; exit 1; }}
+"$python" -m venv /autograder/venv
 /autograder/venv/bin/pip install --quiet --disable-pip-version-check{index} -r /autograder/source/requirements.txt
 # The student's code runs as `nobody` (root's files unreadable to it) and imports only {build}/,
 # the library whose graded regions run the submission; the reference in lib/, the suite and

@@ -86,6 +86,41 @@ def test_setup_installs_the_pinned_cpu_build_and_never_the_course(package):
     assert "download.pytorch.org" not in cuda.read("setup.sh").decode()
 
 
+def _setup_sh_on(tmp_path, package, python3_ok: bool, apt_has_311: bool) -> tuple[subprocess.CompletedProcess, list]:
+    """setup.sh run by bash with only fakes on PATH: apt-get (records; its python3.11-venv install
+    puts a python3.11 on PATH), python3 passing the version test or not (3.10: Ubuntu 22.04's), and
+    every Python stopping at `-m venv` (exit 7): what ran, in order."""
+    bin_, log = tmp_path / "bin", tmp_path / "calls"
+    bin_.mkdir(parents=True)
+    python = ('#!/bin/bash\necho "$(/usr/bin/basename $0) $*" >> {log}\n'
+              'case "$1" in -c) exit {ok};; -m) exit 7;; esac\n')
+    scripts = {"python3": python.format(log=log, ok=0 if python3_ok else 1), ".py311": python.format(log=log, ok=0),
+               "apt-get": f'#!/bin/bash\necho "apt-get $*" >> {log}\n' + (
+                   f'case "$*" in *python3.11-venv*) /bin/cp {bin_}/.py311 {bin_}/python3.11;; esac\n'
+                   if apt_has_311 else "")}
+    for name, text in scripts.items():
+        (bin_ / name).write_text(text)
+        (bin_ / name).chmod(0o755)
+    setup = zipfile.ZipFile(package).read("setup.sh").decode()
+    proc = subprocess.run(["/bin/bash", "-c", setup], env={"PATH": str(bin_)}, capture_output=True, text=True,
+                          timeout=60)
+    return proc, log.read_text().splitlines() if log.exists() else []
+
+
+def test_setup_makes_its_venv_with_a_python_the_pins_accept(package, tmp_path):
+    """numpy 2.4 and matplotlib 3.11 need Python >= 3.11. Ubuntu 22.04's python3 (3.10): setup.sh
+    installs python3.11 from apt and makes the venv with it; a python3 >= 3.11 is used as it is; with
+    neither, it stops with the reason before pip can fail on the pins."""
+    proc, calls = _setup_sh_on(tmp_path / "jammy", package, python3_ok=False, apt_has_311=True)
+    assert proc.returncode == 7 and calls[-1] == "python3.11 -m venv /autograder/venv", (calls, proc.stderr)
+    assert any(c.startswith("apt-get install") and "python3.11-venv" in c for c in calls), calls
+    proc, calls = _setup_sh_on(tmp_path / "noble", package, python3_ok=True, apt_has_311=True)
+    assert proc.returncode == 7 and calls[-1] == "python3 -m venv /autograder/venv", (calls, proc.stderr)
+    assert not any("python3.11" in c for c in calls), calls
+    proc, calls = _setup_sh_on(tmp_path / "none", package, python3_ok=False, apt_has_311=False)
+    assert proc.returncode == 1 and "no Python >= 3.11" in proc.stderr and not any("-m venv" in c for c in calls)
+
+
 def test_kernel_assignments_install_what_their_cpu_checks_run(tmp_path):
     """a1's CPU checks run Triton's interpreter and the CUDA emulator (g++): its setup.sh installs
     both; a0's needs neither."""
