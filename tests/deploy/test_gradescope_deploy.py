@@ -1,6 +1,8 @@
 """The Gradescope package as Gradescope deploys it (issue 27): unzipped at the real /autograder (a
 tmpfs in a private mount namespace), installed by its own setup.sh in a fresh venv, and graded
-through its own run_autograder, as root. Nothing here points the package at this checkout's venv.
+through its own run_autograder, as root: once without CAP_SYS_ADMIN, as Docker runs a container by
+default (the grader can make no mount namespace; the files' permissions alone keep the secrets),
+once with every capability. Nothing here points the package at this checkout's venv.
 
 Submissions: the reference (full marks), the stub (zero), a planted bucket off-by-one (loses the
 cap check), and a probe that reports its uid and what it can read, write and signal (it must be an
@@ -61,18 +63,30 @@ def _gradescope_env() -> dict[str, str]:
                 LANG="C.UTF-8", PIP_RETRIES="0")
 
 
+# Gradescope runs its image in a container: Docker's default drops CAP_SYS_ADMIN, so the grader can
+# make no mount namespace and the files' permissions alone keep the secrets (sandbox.jail); a
+# privileged container keeps it. run_autograder runs under each (setup.sh as root, as Gradescope does).
+PRIVILEGES = {"docker": "setpriv --bounding-set=-sys_admin --inh-caps=-sys_admin", "privileged": ""}
+
+
 @pytest.fixture(scope="module")
-def deployed(tmp_path_factory):
-    work = tmp_path_factory.mktemp("deploy")
-    package = build_package(get_manifest(ASSIGNMENT), work / "a3_autograder.zip", seed=SEED)
-    subs, out = _submissions(work / "submissions"), work / "out"
+def inputs(tmp_path_factory) -> tuple[Path, Path]:
+    """(the package, the submissions folder)"""
+    work = tmp_path_factory.mktemp("inputs")
+    return build_package(get_manifest(ASSIGNMENT), work / "a3_autograder.zip", seed=SEED), _submissions(work / "submissions")
+
+
+@pytest.fixture(scope="module", params=list(PRIVILEGES))
+def deployed(request, inputs, tmp_path_factory):
+    (package, subs), out = inputs, tmp_path_factory.mktemp(f"deploy-{request.param}") / "out"
     out.mkdir()
     made = not Path("/autograder").exists()
     if made:
         Path("/autograder").mkdir()  # the mount point; the tmpfs on it lives in the namespace only
     try:
         proc = subprocess.run(["unshare", "-m", "bash", str(HERE / "deploy_gradescope.sh"), str(package), str(subs),
-                               str(out)], env=_gradescope_env(), capture_output=True, text=True, timeout=1800)
+                               str(out)], env=dict(_gradescope_env(), RUN_PREFIX=PRIVILEGES[request.param]),
+                              capture_output=True, text=True, timeout=1800)
     finally:
         if made:
             Path("/autograder").rmdir()
@@ -81,9 +95,15 @@ def deployed(tmp_path_factory):
     setup = json.loads((out / "setup.json").read_text())
     graded = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json") if p.stem != "setup"}
     times = {p.stem: int(p.read_text()) / 1000 for p in out.glob("*.ms")}
-    print(f"\nsetup.sh {setup['setup_ms'] / 1000:.0f} s, venv {setup['venv_mib']} MiB; grading: "
+    print(f"\n{request.param}: setup.sh {setup['setup_ms'] / 1000:.0f} s, venv {setup['venv_mib']} MiB; grading: "
           + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(times.items())))
-    return graded, out, _regrade(package, subs, work / "regrade")
+    return graded, out
+
+
+@pytest.fixture(scope="module")
+def regraded(inputs, tmp_path_factory) -> dict[str, dict]:
+    package, subs = inputs
+    return _regrade(package, subs, tmp_path_factory.mktemp("regrade") / "out")
 
 
 def _regrade(package: Path, subs: Path, out: Path) -> dict[str, dict]:
@@ -104,13 +124,13 @@ def _log(out: Path, name: str) -> str:
 
 
 def test_nothing_of_the_course_is_installed_as_a_package(deployed):
-    graded, out, _ = deployed
+    graded, out = deployed
     assert "imports scaletrain from" not in _log(out, "reference"), _log(out, "reference")
     assert not graded["reference"]["extra_data"]["harness_error"]
 
 
 def test_reference_gets_full_marks_and_the_packages_seed(deployed):
-    graded, out, _ = deployed
+    graded, out = deployed
     ref = graded["reference"]
     assert ref["score"] == ref["max_score"] == get_manifest(ASSIGNMENT).max_score, \
         (_log(out, "reference"), [t for t in ref["tests"] if t["status"] != "passed"])
@@ -119,13 +139,13 @@ def test_reference_gets_full_marks_and_the_packages_seed(deployed):
 
 
 def test_stub_gets_zero(deployed):
-    graded, _, _ = deployed
+    graded, _ = deployed
     assert graded["stub"]["score"] == 0
     assert set(_outcomes(graded["stub"]).values()) == {"failed"}
 
 
 def test_bucket_off_by_one_loses_the_cap_check(deployed):
-    graded, _, _ = deployed
+    graded, _ = deployed
     plant = next(p for p in get_manifest(ASSIGNMENT).planted if p.name == OFF_BY_ONE)
     got = _outcomes(graded["off_by_one"])
     assert {check: got[check] for check in plant.expect} == plant.expect
@@ -133,7 +153,7 @@ def test_bucket_off_by_one_loses_the_cap_check(deployed):
 
 
 def test_the_students_code_runs_unprivileged_and_sees_no_secret(deployed):
-    graded, out, _ = deployed
+    graded, out = deployed
     reasons = [t["output"] for t in graded["probe"]["tests"] if "PROBE" in t["output"]]
     assert reasons, f"the probe never ran: {_log(out, 'probe')}"
     found = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", reasons[0].split("PROBE", 1)[1])}
@@ -145,10 +165,10 @@ def test_the_students_code_runs_unprivileged_and_sees_no_secret(deployed):
     assert graded["probe"]["score"] == 0
 
 
-def test_regrade_on_the_package_gives_gradescopes_scores(deployed):
+def test_regrade_on_the_package_gives_gradescopes_scores(deployed, regraded):
     """`regrade --package` grades on the package's seed: check for check, the scores Gradescope's
     run_autograder gave the same submissions."""
-    graded, _, regraded = deployed
+    graded, _ = deployed
     assert set(regraded) == set(graded)
     for name, payload in graded.items():
         scores = {t["extra_data"]["check"]: t["score"] for t in payload["tests"]}
