@@ -119,3 +119,11 @@ def test_weight_bytes():
 def test_rejects_groups_that_straddle_rows():
     with pytest.raises(ValueError, match="divide or be a multiple of a row"):
         quantize(torch.zeros(4, 12), QuantSpec(granularity="group", group_size=8))
+
+
+@pytest.mark.parametrize("w", [torch.ones(4, 8, dtype=torch.int32), torch.tensor([[1.0, float("nan")] * 4] * 2),
+                               torch.tensor([[1.0, float("inf")] * 4] * 2)], ids=["int", "nan", "inf"])
+def test_rejects_what_has_no_uniform_grid(w):
+    """Integer weights, NaN or inf: a clear error, not codes from a scale of NaN."""
+    with pytest.raises(ValueError, match="finite floating-point weights"):
+        quantize(w, QuantSpec())

@@ -140,3 +140,11 @@ def test_triton_kernel_on_cuda():
         values, indices, counts = retrieve_rerank_triton(x, k, groups=groups)
         check_topk(values, indices, x, k, f"cuda case {i}: V={x.shape[1]} k={k} groups={groups}")
         assert torch.equal(counts.long(), candidates(x, k, groups).sum(1)), f"cuda case {i}: candidate count"
+
+
+@pytest.mark.parametrize("x", [torch.randint(0, 9, (2, 12)), torch.tensor([[1.0, float("nan"), 3.0, 0.0]])],
+                         ids=["int", "nan"])
+def test_rejects_scores_without_an_order(x):
+    """NaN has no place in a descending order (torch.topk puts it first); integers can't hold -inf padding."""
+    with pytest.raises(ValueError, match="floating-point scores without NaN"):
+        retrieve_rerank(x, 2, groups=2)

@@ -87,7 +87,7 @@ def _range(groups: torch.Tensor, spec: QuantSpec) -> tuple[torch.Tensor, torch.T
 
 
 def quantize(w: torch.Tensor, spec: QuantSpec) -> Quantized:
-    """w (…, in) → int8 codes and per-group (S, Z); see the module docstring for the formulas.
+    """w (…, in) → int8 codes and per-group (S, Z); the module docstring says what the grid must satisfy.
 
     The contract: groups of `group_size_for(w.shape, spec)` consecutive row-major elements, each with
     its own scale S > 0 and integer zero point Z (Z = 0 when symmetric), in w's dtype, shape (groups,);
@@ -95,6 +95,9 @@ def quantize(w: torch.Tensor, spec: QuantSpec) -> Quantized:
     [α, β] (`_range`; asymmetric: widened to hold 0) with qrange's codes and is no coarser: with
     min-max calibration every element of a group errs by |w - r̂| <= S/2 <= (β - α) / (2·(qmax - qmin)).
     """
+    if not w.is_floating_point() or not torch.isfinite(w).all():
+        raise ValueError(f"quantize: needs finite floating-point weights, got {w.dtype}"
+                         f"{'' if not w.is_floating_point() else ' with NaN or inf'}")
     g = group_size_for(w.shape, spec)
     groups = w.detach().reshape(-1, g)
     alpha, beta = _range(groups, spec)

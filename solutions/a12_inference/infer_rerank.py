@@ -15,7 +15,7 @@ more groups, a tighter R, fewer candidates. Across beams (`beam_topk`), the glob
 union of every row's top k, hence among the union of the rows' candidates.
 
 Ties: indices follow the lowest-index-first order of a stable descending sort, on both backends.
--inf is an ordinary value (masked logits); NaN is not handled (torch.topk ranks it first).
+-inf is an ordinary value (masked logits); NaN is refused (torch.topk ranks it first).
 The Triton kernel (kernels/retrieve_rerank_triton.py) has its launcher in rerank_triton.py.
 """
 
@@ -36,6 +36,9 @@ def check_shapes(x: torch.Tensor, k: int, groups: int) -> None:
     if x.dim() != 2 or not 1 <= k <= groups <= V:
         raise ValueError(f"retrieve and re-rank: need x (rows, V) and 1 <= k <= groups <= V, "
                          f"got x {tuple(x.shape)}, k={k}, groups={groups}")
+    if not x.is_floating_point() or torch.isnan(x).any():  # NaN has no place in a descending order
+        raise ValueError(f"retrieve and re-rank: needs floating-point scores without NaN, got {x.dtype}"
+                         f"{'' if not x.is_floating_point() else ' with NaN'}")
 
 
 def rough_threshold(x: torch.Tensor, k: int, groups: int | None = None) -> torch.Tensor:
