@@ -44,6 +44,7 @@ from typing import Callable
 
 from autograder.manifest import REPO
 
+PINNED = ("torch", "triton", "numpy")   # the versions a report sets beside the pins (numpy: interpreter_compat.py)
 STEP_TIMEOUT_S = 3600   # each step; a hang is reported, not waited on forever
 # assignment -> the planted bug of the class's third student.  a1b: its only GPU group is the speed
 # checks (~40 s a student on an H200) where a1's rebuild the CUDA extension per student (~100 s),
@@ -75,9 +76,9 @@ def gpu_facts() -> dict:
 
 
 def pins() -> dict:
-    """The versions pyproject.toml pins (torch, triton) and the Python it requires."""
+    """The versions pyproject.toml pins (PINNED) and the Python it requires."""
     text = (REPO / "pyproject.toml").read_text()
-    found = {name: re.search(rf'"{name}==([^";]+)', text) for name in ("torch", "triton")}
+    found = {name: re.search(rf'"{name}==([^";]+)', text) for name in PINNED}
     python = re.search(r'requires-python = "([^"]+)"', text)
     return {**{k: m.group(1) if m else None for k, m in found.items()}, "python": python.group(1) if python else None}
 
@@ -86,7 +87,7 @@ def versions(machine: dict) -> list[dict]:
     """What ran beside what is pinned, one row per package."""
     pinned = pins()
     return [{"package": name, "ran": machine.get(name), "pinned": pinned[name],
-             "same": str(machine.get(name) or "").split("+")[0] == pinned[name]} for name in ("torch", "triton")] + [
+             "same": str(machine.get(name) or "").split("+")[0] == pinned[name]} for name in PINNED] + [
         {"package": "python", "ran": machine.get("python"), "pinned": pinned["python"], "same": None}]
 
 

@@ -143,11 +143,14 @@ def test_make_gpu_check_sets_nothing_up():
 
 def test_versions_name_what_ran_beside_the_pins():
     pinned = gpu_check.pins()
-    assert pinned["torch"] and pinned["triton"] and pinned["python"].startswith(">=")
-    rows = {r["package"]: r for r in gpu_check.versions({"torch": "2.11.0+cu130", "triton": "3.6.0", "python": "3.12.3"})}
+    assert pinned["torch"] and pinned["triton"] and pinned["numpy"] and pinned["python"].startswith(">=")
+    machine = {"torch": "2.11.0+cu130", "triton": "3.6.0", "numpy": "2.5.2", "python": "3.12.3"}  # the lent image's
+    rows = {r["package"]: r for r in gpu_check.versions(machine)}
     assert rows["torch"] == {"package": "torch", "ran": "2.11.0+cu130", "pinned": pinned["torch"], "same": False}
-    same = gpu_check.versions({"torch": f"{pinned['torch']}+cu130", "triton": pinned["triton"], "python": "3.12.3"})
-    assert [r["same"] for r in same] == [True, True, None]
+    assert rows["numpy"]["ran"] == "2.5.2" and rows["numpy"]["same"] is False
+    same = gpu_check.versions({"torch": f"{pinned['torch']}+cu130", "triton": pinned["triton"], "numpy": pinned["numpy"],
+                               "python": "3.12.3"})
+    assert [r["same"] for r in same] == [True, True, True, None]
 
 
 def test_the_class_folder_is_the_solution_the_stub_and_one_plant(tmp_path):
