@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from scaletrain.bench_cli import main
+from scaletrain.bench_cli import main, positive_int
 
 __all__ = ["Timing", "Comparison", "quantile", "time_fn", "compare", "compare_many", "gbps", "busbw", "BUSBW_FACTOR",
            "format_table", "out_dir", "save_figure", "world_sizes", "main"]
@@ -241,7 +241,7 @@ def distributed_args(argv: list[str], name: str, doc: str, *, quick_help: str, s
     parser = argparse.ArgumentParser(prog=f"python -m scaletrain.bench {name}", description=doc.splitlines()[2])
     parser.add_argument("--quick", action="store_true", help=quick_help)
     parser.add_argument("--world-sizes", default=None, help=f"{sizes_help}; under torchrun: its WORLD_SIZE")
-    parser.add_argument("--reps", type=int, default=None,
+    parser.add_argument("--reps", type=positive_int, default=None,
                         help=f"timed reps per variant (default {reps}, quick {quick_reps})")
     if more is not None:
         more(parser)

@@ -9,16 +9,18 @@ a new benchmark is registered by being written.
 
 from __future__ import annotations
 
+import argparse
 import ast
 import contextlib
 import functools
 import importlib
+import math
 import os
 import re
 import sys
 from pathlib import Path
 
-__all__ = ["benchmarks", "distributed", "main"]
+__all__ = ["benchmarks", "distributed", "main", "positive_int", "nonnegative_int", "positive_ints", "positive_float"]
 
 ROOT = Path(__file__).resolve().parent
 _NAMED = re.compile(r"`python -m scaletrain\.bench (\w+)")
@@ -54,6 +56,39 @@ def benchmarks() -> dict[str, str]:
 def distributed() -> tuple[str, ...]:
     """The benchmarks that spawn ranks: what `all` runs under torchrun."""
     return tuple(name for name, _, spawns in _found() if spawns)
+
+
+# argparse `type=`s of every entry point's numeric options: a 0 or negative count is argparse's usage error
+# naming the option (exit 2), not a traceback from deep in torch, a ZeroDivisionError or a silent default
+# (`args.reps or 10`). Here, not in bench.py, so that the CLIs parse before torch is imported.
+def positive_int(text: str) -> int:
+    return _checked(int, text, lambda v: v >= 1, "a positive integer")
+
+
+def nonnegative_int(text: str) -> int:
+    return _checked(int, text, lambda v: v >= 0, "an integer >= 0")
+
+
+def positive_float(text: str) -> float:
+    return _checked(float, text, lambda v: v > 0 and math.isfinite(v), "a positive number")
+
+
+def positive_ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(positive_int(v) for v in text.split(","))
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"needs comma-separated integers, each positive, e.g. 4096,32768; "
+                                         f"got {text!r}") from None
+
+
+def _checked(kind, text: str, ok, what: str):
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or not ok(value):
+        raise argparse.ArgumentTypeError(f"needs {what}, got {text!r}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:

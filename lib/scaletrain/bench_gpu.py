@@ -24,6 +24,8 @@ from pathlib import Path
 
 import torch
 
+from scaletrain.bench_cli import positive_float
+
 __all__ = ["STEPS", "MIN_START_S", "plan", "main"]
 
 BENCH = ("-m", "scaletrain.bench")
@@ -72,7 +74,8 @@ def _summary(rows: list[dict], out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scaletrain.bench_gpu", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--budget-s", type=float, default=None, help="seconds for the whole run (default: no bound)")
+    parser.add_argument("--budget-s", type=positive_float, default=None,
+                        help="seconds for the whole run (default: no bound)")
     parser.add_argument("--out", default="bench_out/gpu_bench")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():

@@ -32,6 +32,7 @@ import torch
 import torch.utils.checkpoint as torch_ckpt
 
 from scaletrain import bench
+from scaletrain.bench_cli import positive_int
 from scaletrain.checkpointing.chain import gpt_stages, profile_chain
 from scaletrain.checkpointing.executor import run_plan
 from scaletrain.checkpointing.function import checkpoint
@@ -250,13 +251,12 @@ def plot(rows: list[dict[str, Any]], name: str):
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m scaletrain.bench memory", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller models, fewer reps and steps")
-    parser.add_argument("--reps", type=int, default=None, help="timed reps per variant (default 10, quick 2)")
-    parser.add_argument("--steps", type=int, default=None, help="training steps compared (default 50, quick 6)")
+    parser.add_argument("--reps", type=positive_int, default=None, help="timed reps per variant (default 10, quick 2)")
+    parser.add_argument("--steps", type=positive_int, default=None,
+                        help="training steps compared (default 50, quick 6)")
     args = parser.parse_args(argv)
     reps = args.reps or (2 if args.quick else 10)
     steps = args.steps or (6 if args.quick else 50)
-    if reps < 1 or steps < 1:
-        parser.error("--reps and --steps must be >= 1")
     torch.manual_seed(0)
     torch.set_num_threads(1)   # a shared 2-core machine: one thread each keeps ours and torch's comparable
     models = QUICK if args.quick else MODELS

@@ -36,6 +36,7 @@ import torch
 import torch.distributed as dist
 
 from scaletrain import bench
+from scaletrain.bench_cli import positive_int, positive_ints
 from scaletrain.comm import cost_model
 from scaletrain.comm.counter import comm_counter
 from scaletrain.comm.naive import naive_allreduce, simple_ring_allreduce, tree_allreduce
@@ -274,30 +275,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="4 sizes, p in {2, 4}, 5 reps")
     parser.add_argument("--world-sizes", default=None, help="comma-separated, default 2,3,4 (quick 2,4); "
                                                              "under torchrun: its WORLD_SIZE")
-    parser.add_argument("--reps", type=int, default=None, help="timed reps per pair (default 10, quick 5, sweep 9)")
+    parser.add_argument("--reps", type=positive_int, default=None,
+                        help="timed reps per pair (default 10, quick 5, sweep 9)")
     parser.add_argument("--sweep", action="store_true", help="a2 task 2.4: ring/gloo for every SEGMENT_BYTES x "
                                                             "SENDS_IN_FLIGHT at 4 and 16 MiB on 2 ranks")
     parser.add_argument("--latency", action="store_true", help=f"the time of one ring step alone ({LATENCY_REPS} "
                         f"exchanges of {LATENCY_BYTES >> 10} KiB with the neighbours): median, tail and stalls")
     parser.add_argument("--impl", default="reference", help="with --sweep: whose ring.py, 'reference', 'student' "
                                                             "(assignments/a2_collectives/) or a submission folder")
-    parser.add_argument("--segments-kib", default=",".join(str(s >> 10) for s in SWEEP_SEGMENTS),
+    parser.add_argument("--segments-kib", type=positive_ints, default=",".join(str(s >> 10) for s in SWEEP_SEGMENTS),
                         help="with --sweep: SEGMENT_BYTES to try, in KiB, comma-separated")
-    parser.add_argument("--in-flight", default=",".join(map(str, SWEEP_IN_FLIGHT)),
+    parser.add_argument("--in-flight", type=positive_ints, default=",".join(map(str, SWEEP_IN_FLIGHT)),
                         help="with --sweep: SENDS_IN_FLIGHT to try, comma-separated")
     args = parser.parse_args(argv)
     if args.impl != "reference" and not args.sweep:
         parser.error("--impl goes with --sweep")
     if args.sweep:
-        try:
-            segments = tuple(int(v) << 10 for v in args.segments_kib.split(","))
-            in_flight = tuple(int(v) for v in args.in_flight.split(","))
-        except ValueError:
-            parser.error(f"--segments-kib and --in-flight take comma-separated integers, got "
-                         f"{args.segments_kib!r} and {args.in_flight!r}")
-        if min(segments) <= 0 or min(in_flight) <= 0:
-            parser.error("--segments-kib and --in-flight must be positive")
-        return _main_sweep(args, segments, in_flight)
+        return _main_sweep(args, tuple(kib << 10 for kib in args.segments_kib), args.in_flight)
     try:
         world_sizes = bench.world_sizes(args.world_sizes, "2,4" if args.quick else "2,3,4")
     except ValueError as exc:

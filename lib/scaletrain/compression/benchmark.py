@@ -40,6 +40,7 @@ import torch
 import torch.distributed as dist
 
 from scaletrain import bench
+from scaletrain.bench_cli import positive_int
 from scaletrain.comm import comm_counter, ring_allreduce
 from scaletrain.compression.hook import compressed_data_parallel
 from scaletrain.compression.onebit import OneBitEF, onebit_bytes
@@ -226,8 +227,8 @@ def _plot(results: dict[int, dict], name: str):
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m scaletrain.bench compression", description=__doc__.split("\n")[0])
     parser.add_argument("--world-sizes", default=None, help="comma-separated, default 2; under torchrun: its WORLD_SIZE")
-    parser.add_argument("--steps", type=int, default=150, help="training steps per method")
-    parser.add_argument("--reps", type=int, default=15, help="alternately timed steps per method")
+    parser.add_argument("--steps", type=positive_int, default=150, help="training steps per method")
+    parser.add_argument("--reps", type=positive_int, default=15, help="alternately timed steps per method")
     parser.add_argument("--quick", action="store_true", help="p = 2, 8 steps, 3 timed reps")
     args = parser.parse_args(argv)
     if args.quick:

@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 
 from scaletrain import bench
+from scaletrain.bench_cli import nonnegative_int, positive_float, positive_int
 from scaletrain.dp.data_parallel import DataParallel
 from scaletrain.dp.naive import NaiveDataParallel
 from scaletrain.launch import spawn
@@ -143,9 +144,10 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m scaletrain.bench ddp", description=__doc__.split("\n")[0])
     parser.add_argument("--world-sizes", default=None, help="comma-separated, default 2,4 (quick 2); "
                                                              "under torchrun: its WORLD_SIZE")
-    parser.add_argument("--cap-mb", type=float, default=1.0, help="bucket cap for the main table (MiB)")
-    parser.add_argument("--reps", type=int, default=15)
-    parser.add_argument("--sweep-world-size", type=int, default=2, help="p of the bucket-cap sweep (0: none)")
+    parser.add_argument("--cap-mb", type=positive_float, default=1.0, help="bucket cap for the main table (MiB)")
+    parser.add_argument("--reps", type=positive_int, default=15)
+    parser.add_argument("--sweep-world-size", type=nonnegative_int, default=2,
+                        help="p of the bucket-cap sweep (0: none)")
     parser.add_argument("--quick", action="store_true", help="p = 2 only, 5 reps, 3 bucket caps")
     args = parser.parse_args(argv)
     if args.quick:

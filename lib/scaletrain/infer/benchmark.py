@@ -40,6 +40,7 @@ import statistics
 import torch
 
 from scaletrain import bench
+from scaletrain.bench_cli import positive_int
 from scaletrain.infer import demo
 from scaletrain.infer.beam import flat_topk
 from scaletrain.infer.decode import forward_cached, generate, generate_uncached
@@ -251,7 +252,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m scaletrain.bench infer", description=__doc__.splitlines()[2])
     parser.add_argument("--quick", action="store_true",
                         help="n up to 64, V up to 8000, 60 training steps, 1 distillation seed, 3 reps")
-    parser.add_argument("--reps", type=int, default=None, help="timed reps per variant (default 10, quick 3)")
+    parser.add_argument("--reps", type=positive_int, default=None, help="timed reps per variant (default 10, quick 3)")
     parser.add_argument("--compile", action="store_true",
                         help="table 7 (torch.compile'd decoding) on a CPU too; on a GPU it always runs")
     args = parser.parse_args(argv)

@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 from scaletrain import bench
+from scaletrain.bench_cli import positive_int
 from scaletrain.comm.counter import comm_counter
 from scaletrain.launch import spawn
 from scaletrain.models import GPT, GPTConfig, make_batch
@@ -242,7 +243,8 @@ def plot(a2a: list[dict], gemm: list[dict], models: list[dict], histories: dict,
 
 def main(argv: list[str]) -> int:
     def training_steps(parser):
-        parser.add_argument("--steps", type=int, default=None, help="training steps per α (default 100, quick 30)")
+        parser.add_argument("--steps", type=positive_int, default=None,
+                            help="training steps per α (default 100, quick 30)")
 
     args, sizes, reps = bench.distributed_args(
         argv, "moe", __doc__, quick_help="p = 2, small sizes, 30 training steps, 3 reps",

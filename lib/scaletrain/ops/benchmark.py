@@ -21,13 +21,13 @@ anywhere.  The CPU run also prints the analytic bytes moved (naive vs fused vs m
 from __future__ import annotations
 
 import argparse
-import math
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
 from scaletrain import bench
+from scaletrain.bench_cli import positive_float, positive_ints
 from scaletrain.ops import ceiling, naive, traffic
 from scaletrain.ops.backends import Backend, get_backend
 
@@ -241,16 +241,6 @@ def _plot_bandwidth(rows: list[dict], ceilings: ceiling.Ceilings, peak: float | 
     print(f"plot: {bench.save_figure(fig, f'kernels_bandwidth_{dtype}.png')}")
 
 
-def _sizes(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"comma-separated integers, e.g. 4096,32768; got {text!r}") from None
-    if min(values) < 1:
-        raise argparse.ArgumentTypeError(f"sizes must be positive; got {text!r}")
-    return values
-
-
 def _dtypes(text: str) -> tuple[str, ...]:
     values = tuple(text.split(","))
     if set(values) - set(DTYPES):
@@ -265,12 +255,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full", action="store_true", help="the GPU grid (M 4096, 32768; N 512..16384; fp32, bf16) "
                                                             "on a CPU too (minutes)")
     parser.add_argument("--dtype", type=_dtypes, default=None, help="dtypes, e.g. fp32,bf16")
-    parser.add_argument("--rows", type=_sizes, default=None, help="M values, e.g. 4096,32768")
-    parser.add_argument("--sizes", type=_sizes, default=None, help="N values, e.g. 512,4096,16384")
-    parser.add_argument("--peak-gbps", type=float, default=None, help="override the datasheet's DRAM GB/s")
+    parser.add_argument("--rows", type=positive_ints, default=None, help="M values, e.g. 4096,32768")
+    parser.add_argument("--sizes", type=positive_ints, default=None, help="N values, e.g. 512,4096,16384")
+    parser.add_argument("--peak-gbps", type=positive_float, default=None, help="override the datasheet's DRAM GB/s")
     args = parser.parse_args(argv)
-    if args.peak_gbps is not None and not (args.peak_gbps > 0 and math.isfinite(args.peak_gbps)):
-        parser.error("--peak-gbps must be a positive number")
     if torch.cuda.is_available():
         return _run(args, "cuda")
     _cpu_traffic(args)

@@ -38,6 +38,7 @@ import torch.nn.functional as Fn
 
 from scaletrain import bench
 from scaletrain.bench import compare, format_table, out_dir, quantile
+from scaletrain.bench_cli import positive_int
 from scaletrain.launch import spawn
 from scaletrain.pipeline.executor import PipelineExecutor
 from scaletrain.pipeline.fit import costs_from_timeline, sampled_bubble
@@ -223,12 +224,13 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m scaletrain.bench pipeline", description=__doc__.split("\n")[0])
     ap.add_argument("--world-sizes", default=None, help="comma-separated, one spawn each (default 2,4; quick 2); "
                                                          "under torchrun: its WORLD_SIZE")
-    ap.add_argument("--m", type=int, default=8, help="microbatches")
-    ap.add_argument("--layers", type=int, default=8, help="Linear layers in the model (divisible by 2p)")
-    ap.add_argument("--d", type=int, default=512, help="layer width")
-    ap.add_argument("--batch", type=int, default=1024,
+    ap.add_argument("--m", type=positive_int, default=8, help="microbatches")
+    ap.add_argument("--layers", type=positive_int, default=8, help="Linear layers in the model (divisible by 2p)")
+    ap.add_argument("--d", type=positive_int, default=512, help="layer width")
+    ap.add_argument("--batch", type=positive_int, default=1024,
                     help="batch size (divisible by m); large, so that a 4 ms scheduler tick is a small share of a step")
-    ap.add_argument("--reps", type=int, default=20, help="timed steps per schedule (bubbles are medians over them)")
+    ap.add_argument("--reps", type=positive_int, default=20,
+                    help="timed steps per schedule (bubbles are medians over them)")
     ap.add_argument("--quick", action="store_true", help="p=2 only, 3 reps, smaller model")
     args = ap.parse_args(argv)
     if args.quick:
@@ -237,11 +239,12 @@ def main(argv: list[str]) -> int:
         world_sizes = bench.world_sizes(args.world_sizes, "2" if args.quick else "2,4")
     except ValueError as exc:
         ap.error(str(exc))
+    for p in world_sizes:  # every size checked before the first spawn: a bad one is not found after minutes of runs
+        if args.layers % (2 * p) or args.batch % args.m:
+            ap.error(f"--layers must be divisible by 2p={2 * p} and --batch by m={args.m}")
     cfg = {"m": args.m, "d": args.d, "layers": args.layers, "batch": args.batch, "reps": args.reps, "warmup": 2}
     bubble, speed, memory = [], [], []
     for p in world_sizes:
-        if args.layers % (2 * p) or args.batch % args.m:
-            ap.error(f"--layers must be divisible by 2p={2 * p} and --batch by m={args.m}")
         results = spawn(_rank_main, p, cfg, timeout_s=600)
         rows, examples = bubble_rows(p, args.m, [r["timelines"] for r in results])
         bubble += rows

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from scaletrain.bench import format_table, out_dir
+from scaletrain.bench_cli import positive_int
 from scaletrain.plan.clusters import CLUSTERS
 from scaletrain.plan.demo import memory_wall, plan_figure, time_rows
 from scaletrain.plan.published import BATCHES, MODELS, SEQ, VOCAB
@@ -49,18 +49,21 @@ def main(argv: list[str] | None = None) -> int:
         return validate_main(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m scaletrain.plan", description=__doc__.split("\n")[0])
     ap.add_argument("--model", type=parse_model, default=MODELS["175B"], help="preset or l=..,h=..,a=..")
-    ap.add_argument("--gpus", type=int, required=True)
+    ap.add_argument("--gpus", type=positive_int, required=True)
     ap.add_argument("--cluster", choices=sorted(CLUSTERS), default="a100-80gb")
-    ap.add_argument("--batch", type=int, help="global batch in sequences (default: the published one)")
-    ap.add_argument("--top", type=int, default=10)
+    ap.add_argument("--batch", type=positive_int, help="global batch in sequences (default: the published one)")
+    ap.add_argument("--top", type=positive_int, default=10)
     ap.add_argument("--zero", type=int, nargs="+", default=[0], choices=[0, 1, 2, 3])
     ap.add_argument("--recompute", nargs="+", default=["full"], choices=RECOMPUTE)
     ap.add_argument("--sp", action="store_true", help="also try sequence parallelism")
     ap.add_argument("--no-overlap", action="store_true", help="DP reduction after the backward (Megatron 2021)")
     ap.add_argument("--software", choices=sorted(SOFTWARE), help="search what this generation could run "
                     "(overrides --zero, --recompute, --sp, --no-overlap)")
-    ap.add_argument("--cp", type=int, nargs="+", default=[1], help="context-parallel degrees to try (2024 software)")
+    ap.add_argument("--cp", type=positive_int, nargs="+", default=[1],
+                    help="context-parallel degrees to try (2024 software)")
     args = ap.parse_args(argv)
+    from scaletrain.bench import format_table, out_dir  # torch: after the arguments, so a usage error is quick
+
     model, cluster = args.model, CLUSTERS[args.cluster]
     batch = args.batch or BATCHES.get(model.name)
     if batch is None:

@@ -21,10 +21,11 @@ import sys
 import torch
 
 from scaletrain import bench
+from scaletrain.bench_cli import positive_int
 from scaletrain.models import GPT, make_batch
 from scaletrain.profile.memory_timeline import KINDS, memory_timeline
 from scaletrain.profile.roofline import measure_machine
-from scaletrain.profile.shapes import SHAPES, pick_shape, resolve_device
+from scaletrain.profile.shapes import SHAPES, device_arg, pick_shape, resolve_device
 from scaletrain.profile.tables import category_table, op_table, step_mfu
 from scaletrain.profile.trace import profile_steps, training_step
 
@@ -77,8 +78,8 @@ def figures(prof, rows, machine, marks, name: str = "profile"):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scaletrain.profile", description=__doc__.splitlines()[2])
-    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    parser.add_argument("--steps", type=int, default=3, help="profiled steps (after one warm-up step); "
+    parser.add_argument("--device", type=device_arg, default="auto", choices=("auto", "cpu", "cuda"))
+    parser.add_argument("--steps", type=positive_int, default=3, help="profiled steps (after one warm-up step); "
                                                                 "the tables show the median one")
     parser.add_argument("--quick", action="store_true", help="a tiny GPT and a small roofline measurement")
     parser.add_argument("--out", default=None, help="where figures and the trace go (default ./bench_out)")

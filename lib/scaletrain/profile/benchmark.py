@@ -28,9 +28,10 @@ import argparse
 import torch
 
 from scaletrain import bench
+from scaletrain.bench_cli import positive_int
 from scaletrain.models import GPT, make_batch
 from scaletrain.profile.plot import time_to_loss_plot
-from scaletrain.profile.shapes import SHAPES, pick_shape, resolve_device
+from scaletrain.profile.shapes import SHAPES, device_arg, pick_shape, resolve_device
 from scaletrain.profile.time_to_loss import FULL, QUICK, measure, summary
 from scaletrain.profile.variants import compare_variants
 
@@ -97,11 +98,11 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m scaletrain.bench profile", description=__doc__.splitlines()[2])
     parser.add_argument("--part", default="all", choices=("all", "variants", "speedups"))
     parser.add_argument("--quick", action="store_true", help="the tiny GPT, 3 rounds; 2 seeds of time to loss")
-    parser.add_argument("--reps", type=int, default=None, help="timed rounds (default 10, quick 3)")
+    parser.add_argument("--reps", type=positive_int, default=None, help="timed rounds (default 10, quick 3)")
     parser.add_argument("--no-compile", action="store_true", help="leave torch.compile out (minutes on a CPU)")
-    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    parser.add_argument("--device", type=device_arg, default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--full", action="store_true", help="time to loss on the larger setup (time_to_loss.FULL)")
-    parser.add_argument("--seeds", type=int, default=None, help="time-to-loss seeds (default 3, quick 2)")
+    parser.add_argument("--seeds", type=positive_int, default=None, help="time-to-loss seeds (default 3, quick 2)")
     args = parser.parse_args(argv)
     if args.part in ("all", "variants"):
         _variants(args)

@@ -8,11 +8,13 @@ CPU, a shape of the same form that runs in seconds; `tiny` for tests and --quick
 
 from __future__ import annotations
 
+import argparse
+
 import torch
 
 from scaletrain.models import GPTConfig
 
-__all__ = ["SHAPES", "pick_shape", "resolve_device"]
+__all__ = ["SHAPES", "pick_shape", "resolve_device", "device_arg"]
 
 SHAPES = {  # name -> (config, batch)
     "gpt2": (GPTConfig(vocab_size=50257, block_size=512, n_layer=12, n_head=12, n_embd=768), 8),  # GPU: untested
@@ -27,3 +29,11 @@ def pick_shape(device: str, *, quick: bool = False) -> str:
 
 def resolve_device(device: str) -> str:
     return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+
+
+def device_arg(text: str) -> str:
+    """argparse `type=` of --device: `cuda` without a GPU is a usage error with the fix, not torch's
+    "Torch not compiled with CUDA enabled" traceback halfway through the run."""
+    if text == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError("no CUDA device is available here: use --device cpu or auto")
+    return text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from scaletrain.bench_cli import positive_int
 from scaletrain.launch import is_primary, spawn
 from scaletrain.train.config import OPTIMIZER_CLASSES, ZERO_STAGES, TrainConfig
 from scaletrain.train.loop import train_rank
@@ -19,8 +20,8 @@ def run(cfg: TrainConfig, *, log: bool = True, timeout_s: float = 300) -> list[d
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scaletrain.train", description=__doc__.splitlines()[0])
     for axis in ("dp", "pp", "tp"):
-        parser.add_argument(f"--{axis}", type=int, default=1, help=f"{axis} degree (default 1)")
-    parser.add_argument("--steps", type=int, default=20)
+        parser.add_argument(f"--{axis}", type=positive_int, default=1, help=f"{axis} degree (default 1)")
+    parser.add_argument("--steps", type=positive_int, default=20)
     parser.add_argument("--schedule", choices=("gpipe", "1f1b"), default="1f1b")
     parser.add_argument("--sp", action="store_true", help="sequence parallelism on the tp group")
     parser.add_argument("--zero", type=int, choices=ZERO_STAGES, default=0,
