@@ -1,5 +1,5 @@
 """Every command-line entry point answers a 0 or negative count, and `--device cuda` without a GPU, with
-argparse's one-line usage error (exit 2, naming the option), never a traceback or a silent wrong run.
+argparse's one-line usage error (exit 2, naming the option), never a traceback or a silent wrong run. Each case runs in this process as `python -m` runs it.
 
 The entry points and their numeric options are discovered, not listed: every benchmark `python -m
 scaletrain.bench NAME` finds, every `__main__.py` and module run as `__main__` under lib/scaletrain, each
@@ -10,23 +10,19 @@ its parser says so (`nonnegative_int`, or 0 among its choices); -1 is refused ev
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import runpy
-import subprocess
 import sys
 import tempfile
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from unittest import mock
 
 import pytest
 import torch
 
-from autograder.manifest import REPO
 from scaletrain.bench_cli import ROOT, benchmarks, nonnegative_int
-
-pytestmark = pytest.mark.slow  # one interpreter (torch imported) per case
-
 
 class _Parsed(Exception):
     """Raised in place of parsing: carries the parser an entry point's `main` built."""
@@ -86,30 +82,32 @@ CASES = [case for entry in _entry_points() for case in _cases(entry)]
 ON_CPU = not torch.cuda.is_available()
 
 
-def _run(entry: tuple[str, ...], option: str, value: str) -> tuple[subprocess.CompletedProcess, list[str]]:
-    """The finished command, and what it wrote where benchmarks write."""
-    with tempfile.TemporaryDirectory(prefix="cliargs_") as out:
-        done = subprocess.run([sys.executable, "-m", *entry, f"{option}={value}"], cwd=REPO, capture_output=True,
-                              text=True, timeout=60, env={**os.environ, "SCALETRAIN_BENCH_OUT": out})
-        return done, os.listdir(out)
-
-
-@pytest.fixture(scope="module")
-def runs(request):
-    """The selected cases, started together, one per core: most entry points import torch (seconds of CPU)
-    before they parse, and one after the other they would take two minutes on 2 cores, not one.
-    (`make test` keeps a file's tests on one worker, so no case runs twice.)"""
-    chosen = [tuple(item.callspec.params.values()) for item in request.session.items if item.module is request.module]
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        yield {case: pool.submit(_run, *case) for case in chosen if case[2] != "cuda" or ON_CPU}
+def _run(entry: tuple[str, ...], option: str, value: str) -> tuple[object, str, list[str]]:
+    """`python -m ENTRY OPTION=VALUE` run in this process as `-m` runs it (a parse error comes before any
+    work: a process per case would cost a torch import each, a minute in all): its exit code, its
+    stderr, and what it wrote where benchmarks write."""
+    err, threads = io.StringIO(), torch.get_num_threads()
+    with tempfile.TemporaryDirectory(prefix="cliargs_") as out, \
+            mock.patch.dict(os.environ, {"SCALETRAIN_BENCH_OUT": out}), \
+            mock.patch.object(sys, "argv", [*entry, f"{option}={value}"]), \
+            contextlib.redirect_stderr(err), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # runpy: the module is already imported (by discovery)
+        try:
+            runpy.run_module(entry[0], run_name="__main__")
+            code = 0
+        except SystemExit as exc:
+            code = exc.code
+        finally:
+            torch.set_num_threads(threads)  # a main that sets it must not slow the tests after it
+        return code, err.getvalue(), os.listdir(out)
 
 
 @pytest.mark.parametrize(("entry", "option", "value"), [
     pytest.param(*case, id=f"{'-'.join(case[0])}{case[1]}={case[2]}",
                  marks=[] if case[2] != "cuda" or ON_CPU else [pytest.mark.skip(reason="this machine has CUDA")])
     for case in CASES])
-def test_a_bad_value_is_a_usage_error(entry, option, value, runs):
-    done, written = runs[entry, option, value].result()
-    assert done.returncode == 2, done.stderr
-    assert "error:" in done.stderr and option in done.stderr and "Traceback" not in done.stderr, done.stderr
+def test_a_bad_value_is_a_usage_error(entry, option, value):
+    code, stderr, written = _run(entry, option, value)
+    assert code == 2, stderr
+    assert "error:" in stderr and option in stderr, stderr
     assert not written, "nothing is written before the arguments are checked"
