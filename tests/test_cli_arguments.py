@@ -1,5 +1,6 @@
 """Every command-line entry point answers a 0 or negative count, and `--device cuda` without a GPU, with
-argparse's one-line usage error (exit 2, naming the option), never a traceback or a silent wrong run. Each case runs in this process as `python -m` runs it.
+argparse's one-line usage error (exit 2, naming the option), never a traceback or a silent wrong run.
+Each case runs in this process as `python -m` runs it.
 
 The entry points and their numeric options are discovered, not listed: every benchmark `python -m
 scaletrain.bench NAME` finds, every `__main__.py` and module run as `__main__` under lib/scaletrain, each
