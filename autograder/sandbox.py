@@ -178,6 +178,12 @@ def unsafe() -> bool:
     return os.environ.get(UNSAFE_ENV) == "1"
 
 
+# numpy imported, torch found (not imported: seconds, and runners that start fresh probe again)
+_PROBE_IMPORTS = ("import importlib.util, numpy\n"
+                  "if importlib.util.find_spec('torch') is None:\n"
+                  "    raise SystemExit(\"ModuleNotFoundError: No module named 'torch'\")")
+
+
 def _probe(account: pwd.struct_passwd) -> str | None:
     """None if `account` can start this interpreter and import from its site-packages inside a
     worker's jail (what a worker needs before it imports the grading build), else why not. Not the
@@ -186,7 +192,7 @@ def _probe(account: pwd.struct_passwd) -> str | None:
     ids, paths = (account.pw_uid, account.pw_gid), interpreter_paths()
     env = {"PATH": os.defpath, "PYTHONPATH": os.pathsep.join(package_paths())}  # as a worker starts
     try:
-        proc = subprocess.run([sys.executable, "-S", "-c", "import numpy"], cwd="/", env=env,
+        proc = subprocess.run([sys.executable, "-S", "-c", _PROBE_IMPORTS], cwd="/", env=env,
                               preexec_fn=lambda: jail(ids, expose=paths),
                               stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.SubprocessError) as exc:

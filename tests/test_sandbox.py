@@ -171,3 +171,21 @@ def test_the_worker_imports_torch_from_where_the_grader_does(folder):
                           capture_output=True, text=True, timeout=600)
     result = json.loads(out.read_text())
     assert proc.returncode == 0 and result["score"] == 100, proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
+@root_only
+def test_the_account_probe_finds_torch_where_a_worker_will_look(folder, monkeypatch):
+    """numpy reachable but torch not (a worker would crash on `import torch` in every student's code
+    alike): the probe refuses the account, naming torch; with torch there too it accepts."""
+    import sysconfig
+
+    os.chmod(folder, 0o755)
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    for name in ("numpy", "numpy.libs"):
+        if (purelib / name).exists():
+            (folder / name).symlink_to(purelib / name)
+    monkeypatch.setattr(sandbox, "package_paths", lambda: [str(folder)])
+    account = pwd.getpwnam("nobody")
+    assert "No module named 'torch'" in (sandbox._probe(account) or ""), sandbox._probe(account)
+    (folder / "torch").symlink_to(purelib / "torch")
+    assert sandbox._probe(account) is None
