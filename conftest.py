@@ -12,6 +12,26 @@ def pytest_configure(config):
     for m in all_manifests().values():
         for t in m.tasks:
             config.addinivalue_line("markers", f"task{t.id.replace('.', '_')}: {m.assignment} task {t.id}, {t.title}")
+    _one_assignment_per_session(config)
+
+
+def _one_assignment_per_session(config):
+    """Public tests import an assignment's files by name from its folder, which the first import
+    records for the ranks it spawns ($AUTOGRADER_SUBMISSION): one session over two assignments'
+    tests sends the second's imports to the first's folder ("a0_memory/softmax_triton.py is
+    missing"). Refused before collection, with the commands that work."""
+    from pathlib import Path
+
+    from autograder.manifest import REPO
+
+    here = Path(config.invocation_params.dir)
+    chosen = [(here / arg.split("::", 1)[0]).resolve() for arg in config.args] or [here.resolve()]
+    folders = [t.parent for t in sorted((REPO / "assignments").glob("*/tests"))]
+    hit = [f.name for f in folders if any(f.is_relative_to(p) or p.is_relative_to(f) for p in chosen)]
+    if len(hit) > 1:
+        raise pytest.UsageError(f"these paths hold the public tests of {len(hit)} assignments ({', '.join(hit)}); "
+                                "run one assignment per pytest session: `.venv/bin/pytest assignments/<folder>`, or "
+                                "`make check` (or `python -m autograder grade all`), which runs each in its own")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -141,6 +141,22 @@ def test_public_grade_and_submit_on_the_stubs(course):
     assert not list(clone.glob("*.zip"))
 
 
+def test_make_check_runs_every_released_assignment_and_bare_pytest_says_how(course):
+    """`make check`, the student README's second command: each released assignment's public tests in
+    a session of their own (one session over several sent a1's imports to a0's folder). A bare
+    `pytest` over them all is refused with the commands that work."""
+    _, _, clone = course
+    start = time.monotonic()
+    check = _sh(["make", "check"], clone, check=False)
+    TIMES["make check (every released assignment, stubs)"] = time.monotonic() - start
+    released = RELEASES[:RELEASES.index(OPEN) + 1]
+    assert check.returncode != 0 and "Traceback" not in check.stdout + check.stderr, check.stdout[-3000:]
+    assert all(f"{a} public checks:" in check.stdout for a in released), check.stdout[-3000:]
+    assert "the submission must contain" not in check.stdout + check.stderr, check.stdout[-3000:]
+    bare = _sh([".venv/bin/python", "-m", "pytest", "-q", "-p", "no:cacheprovider"], clone, check=False)
+    assert bare.returncode == 4 and "run one assignment per pytest session" in bare.stderr, bare.stdout + bare.stderr
+
+
 def test_grade_passes_and_submit_writes_the_zip_once_the_files_are_filled_in(course):
     _, _, clone = course
     m = all_manifests()[OPEN]
