@@ -185,8 +185,9 @@ _PROBE_IMPORTS = ("import importlib.util, numpy\n"
 
 
 def _probe(account: pwd.struct_passwd) -> str | None:
-    """None if `account` can start this interpreter and import from its site-packages inside a
-    worker's jail (what a worker needs before it imports the grading build), else why not. Not the
+    """None if `account` can start this interpreter as a worker does (-S, `package_paths()`) and reach
+    numpy and torch inside a worker's jail (what a worker needs before it imports the grading
+    build), else why not. Not the
     grader itself: in a package the grader's source is root's alone, by design."""
     what = f"user {account.pw_name} cannot run {sys.executable} with its packages"
     ids, paths = (account.pw_uid, account.pw_gid), interpreter_paths()
