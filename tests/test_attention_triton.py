@@ -32,7 +32,7 @@ def _reference(q, k, v, do, causal):
     ref = [t.detach().double().requires_grad_() for t in (q, k, v)]
     out = F.scaled_dot_product_attention(*ref, is_causal=causal)
     out.backward(do.double())
-    hidden = torch.full((q.shape[-2], k.shape[-2]), -torch.inf, dtype=torch.float64).triu(1) if causal else 0.0
+    hidden = torch.full((q.shape[-2], k.shape[-2]), -torch.inf, dtype=torch.float64, device=q.device).triu(1) if causal else 0.0
     lse = torch.logsumexp(ref[0].detach() @ ref[1].detach().transpose(-1, -2) / q.shape[-1] ** 0.5 + hidden, -1)
     return out.detach(), lse, [r.grad for r in ref]
 

@@ -284,6 +284,8 @@ def _timed_batch(rank_obj, op: str, scales: list[list[int]], sample: list[int], 
     import torch
     import torch.distributed as dist
 
+    from scaletrain.comm.tensor_collectives import reduce_scatter_single
+
     src, reps = rank_obj.src, len(scales)
     if len(rank_obj.bufs) < reps:
         rank_obj.bufs = [torch.empty_like(src) for _ in range(reps)]
@@ -299,7 +301,7 @@ def _timed_batch(rank_obj, op: str, scales: list[list[int]], sample: list[int], 
         if op == "ar":
             got = rank_obj.ring.ring_allreduce(x) if student else (dist.all_reduce(x), x)[1]
         elif op == "rs":
-            got = rank_obj.ring.ring_reduce_scatter(x) if student else (dist.reduce_scatter_single(shard, x), shard)[1]
+            got = rank_obj.ring.ring_reduce_scatter(x) if student else (reduce_scatter_single(shard, x), shard)[1]
         else:
             got = x
         ok = _is_tensor(got) and got.dim() == 1 and got.device == src.device and got.numel() > max(sample, default=-1)

@@ -41,6 +41,7 @@ from scaletrain.comm import cost_model
 from scaletrain.comm.counter import comm_counter
 from scaletrain.comm.naive import naive_allreduce, simple_ring_allreduce, tree_allreduce
 from scaletrain.comm.ring import ring_allreduce, ring_reduce_scatter, segment_bounds, shard_numel
+from scaletrain.comm.tensor_collectives import reduce_scatter_single
 from scaletrain.launch import RankError, pick_backend, spawn
 from scaletrain.student_code import for_ranks
 
@@ -75,7 +76,7 @@ def _measure_rank(rank: int, world_size: int, sizes: tuple[int, ...], reps: int)
         ring, naive, simple = cmps["ring"], cmps["naive"], cmps["simple"]
         out = torch.empty(shard_numel(n, world_size), device=device)
         padded = world_size * out.numel()  # gloo's reduce-scatter takes only p equal shards
-        rs = bench.compare(ring_reduce_scatter, lambda x: dist.reduce_scatter_single(out, x),
+        rs = bench.compare(ring_reduce_scatter, lambda x: reduce_scatter_single(out, x),
                            **{**kw, "setup": lambda: (torch.ones(padded, device=device),)})
         sent = {}
         for name, allreduce in (("ring", ring_allreduce), ("tree", tree_allreduce), ("naive", naive_allreduce)):

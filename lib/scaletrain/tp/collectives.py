@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 
 from scaletrain.comm import ring_all_gather, ring_allreduce, ring_reduce_scatter
+from scaletrain.comm.tensor_collectives import all_gather_single, reduce_scatter_single
 
 __all__ = ["BACKENDS", "DEFAULT_BACKEND", "tp_rank", "tp_world_size", "check_backend", "divide",
            "allreduce", "allreduce_max", "all_gather", "reduce_scatter", "split"]
@@ -99,7 +100,7 @@ def all_gather(x: torch.Tensor, dim: int, group: Any = None, backend: str = DEFA
         flat = ring_all_gather(shard.view(-1), t * shard.numel(), group=group)
     else:
         flat = shard.new_empty(t * shard.numel())
-        dist.all_gather_single(flat, shard.view(-1), group=group)
+        all_gather_single(flat, shard.view(-1), group=group)
     # (t, *shard) -> (..., t, shard[dim], ...) -> merge t into dim
     stacked = flat.view(t, *shard.shape).movedim(0, dim)
     shape = list(shard.shape)
@@ -121,7 +122,7 @@ def reduce_scatter(x: torch.Tensor, dim: int, group: Any = None, backend: str = 
     if check_backend(backend) == "ring":
         return ring_reduce_scatter(blocks.view(-1), group=group).view(shape)
     out = blocks.new_empty(blocks.numel() // t)
-    dist.reduce_scatter_single(out, blocks.view(-1), group=group)
+    reduce_scatter_single(out, blocks.view(-1), group=group)
     return out.view(shape)
 
 
