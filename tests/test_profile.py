@@ -152,3 +152,50 @@ def test_the_chrome_trace_is_valid_json_with_the_phases(gpt_profile):
     trace = json.loads(prof.trace_path.read_text())
     names = {e.get("name") for e in trace["traceEvents"]}
     assert {"phase:forward", "phase:backward", "phase:optimizer", "aten::addmm"} <= names
+
+
+def test_device_side_twins_of_the_phase_markers_are_not_phases():
+    """On a GPU every record_function range has a device-side twin of the same name, on the GPU's
+    clock (the first H200 profile took them for phases: 5 steps out of 3, a backward of 0 ms).
+    The phases are the host's ranges: twins added change nothing."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    from scaletrain.profile import trace
+
+    model = GPT(CFG, seed=0)
+    step = training_step(model, make_batch(CFG, BATCH, seed=1), torch.optim.AdamW(model.parameters(), lr=1e-3))
+    step()
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        step()
+        step()
+    events = list(prof.events())
+    twins = [SimpleNamespace(name=e.name, device_type=DeviceType.CUDA, cpu_parent=None, input_shapes=None,
+                             time_range=SimpleNamespace(start=e.time_range.start + 700, end=e.time_range.end + 900))
+             for e in events if e.name.startswith("phase:")]
+    assert len(twins) == 6
+    ops, kernels, by_step = trace._records(events, cuda=False)
+    assert len(by_step) == 2 and all(d["backward"] > 0 for d in by_step)
+    assert trace._records(events + twins, cuda=False) == (ops, kernels, by_step)
+
+
+def test_on_a_gpu_each_phase_waits_for_its_kernels(monkeypatch):
+    """A phase's range is its kernels' time only if it ends by waiting for them (the host queues them):
+    training_step waits once per phase, on the loss's device."""
+    from types import SimpleNamespace
+
+    from scaletrain.profile import trace
+
+    waited = []
+    monkeypatch.setattr(trace, "_finish", lambda t: waited.append(t.shape))
+    model = GPT(CFG, seed=0)
+    training_step(model, make_batch(CFG, BATCH, seed=1), torch.optim.AdamW(model.parameters(), lr=1e-3))()
+    assert waited == [torch.Size([])] * 3
+    monkeypatch.undo()
+    synced = []
+    monkeypatch.setattr(torch.cuda, "synchronize", synced.append)
+    trace._finish(torch.zeros(()))  # a CPU tensor: nothing to wait for
+    trace._finish(SimpleNamespace(is_cuda=True, device="cuda:0"))
+    assert synced == ["cuda:0"]

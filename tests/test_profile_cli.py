@@ -40,3 +40,14 @@ def test_the_variants_benchmark_runs_quick_without_compile(tmp_path, monkeypatch
     assert "compiled (inductor) left out: not asked for (compile=False)" in out
     assert "fused kernels (triton) left out: not measured on CPU" in out
     assert (tmp_path / "profile_variants.png").exists()
+
+
+def test_the_variants_plot_takes_a_median_just_outside_its_rounded_band(tmp_path, monkeypatch):
+    """The H200's compiled row: 0.977 in "0.98-0.98" (the table rounds the band); matplotlib refuses a
+    negative error bar, and the whole benchmark died after its table."""
+    from scaletrain.profile.benchmark import plot
+
+    monkeypatch.setenv("SCALETRAIN_BENCH_OUT", str(tmp_path))
+    rows = [{"variant": "eager", "time / eager": 1.0, "p20-p80": "1.00-1.00", "saved MB": 3270.0},
+            {"variant": "compiled (inductor)", "time / eager": 0.977, "p20-p80": "0.98-0.98", "saved MB": 3270.0}]
+    assert plot(rows).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

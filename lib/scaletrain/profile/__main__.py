@@ -8,8 +8,7 @@ Writes `profile_bars.png`, `profile_roofline.png`, `profile_memory.png` and the 
 `profile_trace.json` (open in ui.perfetto.dev or chrome://tracing) under DIR (default ./bench_out).
 
 Shapes: on a GPU, GPT-2 small as the seeds profile it (h = 768, 12 layers, s = 512, b = 8, V = 50257;
-fp32) — that path exists but has NOT been run in this repository's sessions (no GPU): treat its
-output as untested until a GPU run is recorded.  On a CPU, a scaled shape of the same form that runs
+fp32; shapes.GPU_STATUS says what GPU runs have shown).  On a CPU, a scaled shape of the same form that runs
 in seconds (h = 128, 4 layers, s = 128, b = 4, V = 256): what it says is about this CPU.
 """
 
@@ -25,7 +24,7 @@ from scaletrain.bench_cli import positive_int
 from scaletrain.models import GPT, make_batch
 from scaletrain.profile.memory_timeline import KINDS, memory_timeline
 from scaletrain.profile.roofline import measure_machine
-from scaletrain.profile.shapes import SHAPES, device_arg, pick_shape, resolve_device
+from scaletrain.profile.shapes import SHAPES, device_arg, device_note, pick_shape, resolve_device
 from scaletrain.profile.tables import category_table, op_table, step_mfu
 from scaletrain.profile.trace import profile_steps, training_step
 
@@ -90,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     device = resolve_device(args.device)
     shape = pick_shape(device, quick=args.quick)
     cfg, batch = SHAPES[shape]
-    print(f"device {device} ({'GPU path: untested in this repository' if device == 'cuda' else 'CPU'}); "
+    print(f"device {device_note(device)}; "
           f"GPT h={cfg.n_embd} L={cfg.n_layer} s={cfg.block_size} b={batch} V={cfg.vocab_size}; "
           f"{args.steps} profiled steps", flush=True)
     threads = torch.get_num_threads()

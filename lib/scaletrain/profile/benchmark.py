@@ -31,7 +31,7 @@ from scaletrain import bench
 from scaletrain.bench_cli import positive_int
 from scaletrain.models import GPT, make_batch
 from scaletrain.profile.plot import time_to_loss_plot
-from scaletrain.profile.shapes import SHAPES, device_arg, pick_shape, resolve_device
+from scaletrain.profile.shapes import SHAPES, device_arg, device_note, pick_shape, resolve_device
 from scaletrain.profile.time_to_loss import FULL, QUICK, measure, summary
 from scaletrain.profile.variants import compare_variants
 
@@ -43,9 +43,12 @@ def plot(rows: list[dict], name: str = "profile_variants.png"):
 
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(10, 3.8))
     names = [r["variant"] for r in rows]
+    # the band is the table's, rounded to 2 decimals: a median within 0.005 of an end can fall just
+    # outside it (0.977 in "0.98-0.98", H200), and matplotlib refuses a negative error bar
+    band = [[float(end) for end in r["p20-p80"].split("-")] for r in rows]
     ax_t.bar(names, [r["time / eager"] for r in rows], color="C0",
-             yerr=[[r["time / eager"] - float(r["p20-p80"].split("-")[0]) for r in rows],
-                   [float(r["p20-p80"].split("-")[1]) - r["time / eager"] for r in rows]], capsize=4)
+             yerr=[[max(0.0, r["time / eager"] - lo) for r, (lo, _) in zip(rows, band)],
+                   [max(0.0, hi - r["time / eager"]) for r, (_, hi) in zip(rows, band)]], capsize=4)
     ax_t.axhline(1.0, color="k", lw=0.8)
     ax_t.set(ylabel="step time / eager (median of paired ratios, p20-p80)", title="time")
     ax_m.bar(names, [r["saved MB"] for r in rows], color="C1")
@@ -69,7 +72,7 @@ def _variants(args) -> None:
                                           compile=not args.no_compile)
     finally:
         torch.set_num_threads(threads)
-    print(f"{device}{' (GPU path: untested in this repository)' if device == 'cuda' else ''}; GPT h={cfg.n_embd} "
+    print(f"{device_note(device)}; GPT h={cfg.n_embd} "
           f"L={cfg.n_layer} s={cfg.block_size} b={batch}; one step = forward + backward + AdamW")
     print(bench.format_table(rows))
     for name, why in left_out.items():

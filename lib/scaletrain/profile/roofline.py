@@ -46,6 +46,8 @@ def measure_machine(device: str = "cpu", *, matmul_n: int | None = None, copy_mb
     cuda = device.startswith("cuda")
     n = matmul_n or (8192 if cuda else 1024)
     mb = copy_mb or (1024 if cuda else 64)
+    if cuda:
+        _spin_up(n, device, dtype)
     peak = max(_matmul_rate(size, device, dtype, reps) for size in (n // 4, n // 2, n))
     src = torch.empty(mb * 2**20 // (torch.finfo(dtype).bits // 8), device=device, dtype=dtype).uniform_()
     dst = torch.empty_like(src)
@@ -56,3 +58,17 @@ def measure_machine(device: str = "cpu", *, matmul_n: int | None = None, copy_mb
 def _matmul_rate(n: int, device: str, dtype: torch.dtype, reps: int) -> float:
     a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
     return 2 * n**3 / min(bench.time_fn(lambda: torch.mm(a, b), warmup=2, reps=reps, device=device).samples)
+
+
+def _spin_up(n: int, device: str, dtype: torch.dtype, seconds: float = 0.5) -> None:
+    """Keep the GPU busy for `seconds` before the roof is timed: an idle GPU clocks down (an H200 read
+    345 MHz idle, 1980 MHz under load) and takes longer than two warm-up products to clock up. The
+    first GPU profile (H200, 2026-11-27) measured its fp32 roof cold, and the model's own matmuls
+    then ran at 105 % of it."""
+    import time
+
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        torch.mm(a, a)
+        torch.cuda.synchronize(device)
