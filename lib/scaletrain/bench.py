@@ -7,6 +7,7 @@ Protocol (DESIGN.md, "Performance evidence"):
     shared machine (another process, thermal state) hits both equally;
   * the figure quoted is the **median of per-pair ratios** with p20/p80, never a ratio of means;
   * on CUDA: events around the call, `synchronize` at the boundaries, L2 flushed between reps;
+    a call from an idle GPU, its host part included, or with `hide_host` the kernels' time alone;
   * across ranks: a barrier before each rep and the slowest rank's time (a collective is as
     slow as its last rank).
 
@@ -83,12 +84,26 @@ def quantile(xs: Sequence[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
-class _Clock:
-    """perf_counter on CPU; CUDA events with synchronize at the boundaries on a GPU."""
+# the GPU spin (torch.cuda._sleep, in SM clock cycles: ~2.5 ms at the ~2 GHz of a busy H100/H200)
+# queued before the start event when a call's host part is hidden
+QUEUE_AHEAD_CYCLES = 5_000_000
 
-    def __init__(self, device: str, group: Any = None):
+
+class _Clock:
+    """perf_counter on CPU; CUDA events with synchronize at the boundaries on a GPU.
+
+    On a GPU the start event is recorded on an idle device, so a call's time holds its host part
+    too: Python, argument checks, the launches.  For a kernel of a few microseconds that host part
+    is the figure (the first H200 run: Triton softmax 0.145 ms a call from N = 512 to 4096, 16x
+    the kernel's bytes at the copy's speed).  `hide_host` queues a spin of the GPU before the start
+    event, so the call's host part runs while the GPU is busy and the events hold the kernels' time
+    alone, as triton.testing.do_bench gets by queuing reps back to back; a host part longer than
+    the spin (QUEUE_AHEAD_CYCLES) shows again.  Nothing changes on a CPU."""
+
+    def __init__(self, device: str, group: Any = None, hide_host: bool = False):
         self.cuda = device.startswith("cuda")
         self.group = group
+        self.hide_host = hide_host and self.cuda
         self._flush = torch.empty(256 * 2**20, dtype=torch.int8, device=device) if self.cuda else None
 
     def __call__(self, fn: Callable[..., Any], args: tuple) -> float:
@@ -99,6 +114,8 @@ class _Clock:
             torch.distributed.barrier(group=self.group)
         if self.cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            if self.hide_host:
+                torch.cuda._sleep(QUEUE_AHEAD_CYCLES)
             start.record()
             fn(*args)
             end.record()
@@ -118,20 +135,22 @@ def _slowest_rank(samples: list[float], group: Any) -> list[float]:
 
 
 def time_fn(fn: Callable[..., Any], *, setup: Callable[[], tuple] | None = None, warmup: int = 3,
-            reps: int = 10, device: str = "cpu", group: Any = None) -> Timing:
+            reps: int = 10, device: str = "cpu", group: Any = None, hide_host: bool = False) -> Timing:
     """Time `fn(*setup())`; `group` (a process group) makes every rank call it in lockstep."""
-    return compare(fn, None, setup=setup, warmup=warmup, reps=reps, device=device, group=group).candidate
+    return compare(fn, None, setup=setup, warmup=warmup, reps=reps, device=device, group=group,
+                   hide_host=hide_host).candidate
 
 
 def compare(candidate: Callable[..., Any], baseline: Callable[..., Any] | None, *,
             setup: Callable[[], tuple] | None = None, warmup: int = 3, reps: int = 10,
-            device: str = "cpu", group: Any = None) -> Comparison:
+            device: str = "cpu", group: Any = None, hide_host: bool = False) -> Comparison:
     """Time candidate and baseline alternately (who goes first alternates too) on fresh inputs.
 
     `setup()` returns the argument tuple; it is called before every timed call and is not timed.
     With `group`, all ranks must call `compare` together; times are the slowest rank's.
+    `hide_host`: on a GPU, the kernels' time without the call's host part (_Clock).
     """
-    clock = _Clock(device, group)
+    clock = _Clock(device, group, hide_host)
     fns = [candidate] if baseline is None else [candidate, baseline]
     make = setup or (lambda: ())
     for _ in range(warmup):
@@ -148,17 +167,17 @@ def compare(candidate: Callable[..., Any], baseline: Callable[..., Any] | None, 
 
 def compare_many(candidates: dict[str, Callable[..., Any]], baseline: str, *,
                  setup: Callable[[], tuple] | None = None, warmup: int = 3, reps: int = 10,
-                 device: str = "cpu", group: Any = None) -> dict[str, Comparison]:
+                 device: str = "cpu", group: Any = None, hide_host: bool = False) -> dict[str, Comparison]:
     """Time every function of `candidates` round-robin (one call of each per rep, the order
     rotating from rep to rep) and compare each with the one named `baseline`, which is one of them.
 
     Every row of a table built from the result uses the *same* baseline measurement, and the
     baseline's own row reads exactly 1.00 (its samples divided by themselves). With `group`, all ranks
-    call it together; times are the slowest rank's.
+    call it together; times are the slowest rank's. `hide_host`: as in `compare`.
     """
     if baseline not in candidates:
         raise ValueError(f"baseline {baseline!r} is not among the candidates {list(candidates)}")
-    clock = _Clock(device, group)
+    clock = _Clock(device, group, hide_host)
     names = list(candidates)
     make = setup or (lambda: ())
     for _ in range(warmup):

@@ -8,7 +8,11 @@ device-to-device copy (bytes read + written), the practical bandwidth ceiling, a
 (bf16 on a GPU, fp32 on a CPU), the compute ceiling.  Reported per row: median / p20 / p80 time,
 GB/s counted on the minimum traffic (2 numel for the forwards, 3 numel for the backwards: the
 Triton tutorials' convention), % of the measured copy, % of the datasheet's DRAM peak (NaN with no
-datasheet), and the speedups over naive and native (medians of per-pair ratios; native reads 1.00).
+datasheet), and the speedups over naive and native (medians of per-pair ratios; native reads 1.00),
+all from the kernels' time (bench's `hide_host`: the call's Python and launches run while the GPU
+is still busy); then "call ms" and "x native, call", a call from an idle GPU with its host part,
+which is what a short kernel costs eager code (the first H200 run timed only that: 0.145 ms a
+Triton softmax call from N = 512 to 4096, the host's share, not the kernel's).
 Plot: GB/s against N per op, every backend, the ceilings drawn (bench_out/kernels_bandwidth_*.png).
 
 Shapes: on a GPU the LLM-training grid, M in {4096, 32768} x N in 512..16384, fp32 and bf16 (the
@@ -102,25 +106,32 @@ def speed_rows(op: str, direction: str, backends: dict[str, Backend], *, m: int,
     naive_backend = Backend.from_modules("torch", naive, naive)
     fns["naive"] = lambda t: call_backend(naive_backend, t)
     fns["native"] = call_native
-    cmps = bench.compare_many(fns, "native", setup=setup, warmup=warmup, reps=reps, device=device)
+    # the kernels' time (the call's host part hidden: what the bandwidth is about), then the
+    # time of a call from an idle GPU, host part included (what eager code pays per call)
+    kernel = bench.compare_many(fns, "native", setup=setup, warmup=warmup, reps=reps, device=device, hide_host=True)
+    call = kernel if not device.startswith("cuda") else \
+        bench.compare_many(fns, "native", setup=setup, warmup=0, reps=reps, device=device)
     nbytes = (2 if direction == "fwd" else 3) * m * n * DTYPES[dtype].itemsize
     peak = peak or (ceilings.sheet.gbps if ceilings.sheet else None)
-    return [_row(f"{op} {direction}", dtype, m, n, name, cmp, bench.Comparison(cmp.candidate, cmps["naive"].candidate),
-                 bench.gbps(nbytes, cmp.candidate.median), ceilings.copy_gbps, peak) for name, cmp in cmps.items()]
+    return [_row(f"{op} {direction}", dtype, m, n, name, cmp, bench.Comparison(cmp.candidate, kernel["naive"].candidate),
+                 call[name], bench.gbps(nbytes, cmp.candidate.median), ceilings.copy_gbps, peak)
+            for name, cmp in kernel.items()]
 
 
 def _row(op: str, dtype: str, m: int, n: int, backend: str, vs_native: bench.Comparison,
-         vs_naive: bench.Comparison, gbps: float, copy_gbps: float, peak: float | None) -> dict:
+         vs_naive: bench.Comparison, call: bench.Comparison, gbps: float, copy_gbps: float, peak: float | None) -> dict:
     t = vs_native.candidate
     return {"op": op, "dtype": dtype, "M": m, "N": n, "backend": backend, "median ms": t.median * 1e3,
             "p20 ms": t.p20 * 1e3, "p80 ms": t.p80 * 1e3, "GB/s": gbps, "% copy": ceiling.percent(gbps, copy_gbps),
             "% datasheet": ceiling.percent(gbps, peak), "x naive": 1 / vs_naive.ratio,
             "x native": 1 / vs_native.ratio,
-            "x native p20-p80": f"{1 / vs_native.ratio_p80:.2f}-{1 / vs_native.ratio_p20:.2f}"}
+            "x native p20-p80": f"{1 / vs_native.ratio_p80:.2f}-{1 / vs_native.ratio_p20:.2f}",
+            "call ms": call.candidate.median * 1e3, "x native, call": 1 / call.ratio}
 
 
+# "median ms" .. "x native": the kernels' time; "call ms", "x native, call": a call from an idle GPU
 GPU_COLUMNS = ["op", "dtype", "M", "N", "backend", "median ms", "p20 ms", "p80 ms", "GB/s", "% copy", "% datasheet",
-               "x naive", "x native", "x native p20-p80"]
+               "x naive", "x native", "x native p20-p80", "call ms", "x native, call"]
 
 
 def fused_backends() -> dict[str, Backend]:
