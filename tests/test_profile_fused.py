@@ -45,3 +45,33 @@ def test_gpu_the_fused_row_runs_the_same_step_beside_eager():
     _same_step(model, FusedGPT(model), batch, rtol=1e-3, atol=1e-4)  # triton kernels, fp32
     rows, left_out = compare_variants(model, batch, device="cuda", rounds=2, warmup=1, compile=False)
     assert FUSED not in left_out and any(r["variant"] == FUSED for r in rows)
+
+
+def test_the_fused_models_calls_are_operations_of_the_profile():
+    """Each call of scaletrain.ops is a `scaletrain::<op>` range (ops/labels.py): on a GPU its Triton
+    kernels have no aten op above them, and without the range their time had no operation to go to.
+    Here the torch backend: the ranges are the outermost ops, their own aten ops inside them are not
+    counted again, and the categories are the seeds' (attention, normalization)."""
+    from scaletrain.profile import profile_steps, training_step
+
+    model = FusedGPT(GPT(CFG, seed=0), backend="torch")
+    step = training_step(model, make_batch(CFG, 2, seed=1), torch.optim.AdamW(model.parameters(), lr=1e-3))
+    prof = profile_steps(step, steps=1, warmup=1)
+    forward = [o for o in prof.ops if o.phase == "forward"]
+    labelled = {o.name: o.category for o in forward if o.name.startswith("scaletrain::")}
+    assert labelled == {"scaletrain::attention": "attention", "scaletrain::layer_norm": "normalization",
+                        "scaletrain::cross_entropy": "other"}
+    counts = {name: sum(o.name == name for o in forward) for name in labelled}
+    assert counts == {"scaletrain::attention": CFG.n_layer, "scaletrain::layer_norm": 2 * CFG.n_layer + 1,
+                      "scaletrain::cross_entropy": 1}
+    # the composed softmax inside the torch backend's attention is not an outer op of its own
+    assert not any(o.name == "aten::_softmax" for o in forward)
+
+
+def test_the_cli_refuses_the_fused_model_without_a_gpu(capsys):
+    from scaletrain.profile.__main__ import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--device", "cpu", "--quick", "--model", "fused"])
+    assert stop.value.code == 2
+    assert "--model fused on cpu: not measured on CPU" in capsys.readouterr().err

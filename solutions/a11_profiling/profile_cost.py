@@ -36,8 +36,9 @@ __all__ = ["Cost", "op_cost", "itemsize", "MATMULS", "ELEMENTWISE"]
 _ITEMSIZE = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "Half": 2, "BFloat16": 2,
              "long int": 8, "int": 4, "bool": 1}
 MATMULS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
-# where `is_causal` sits among each attention kernel's arguments (native_functions.yaml); the CUDA
-# ones are untested here (no GPU): a wrong index only halves or doubles attention's FLOPs
+# where `is_causal` sits among each attention kernel's arguments (native_functions.yaml). The
+# efficient-attention indices read right on an H200 (2026-11-27: GPT-2's causal FLOPs halved, the
+# backward 2.5x); the CUDA flash ones are unread: a wrong index only halves or doubles their FLOPs
 _CAUSAL_ARG = {"aten::_scaled_dot_product_flash_attention_for_cpu": 4,
                "aten::_scaled_dot_product_flash_attention_for_cpu_backward": 7,
                "aten::_scaled_dot_product_flash_attention": 4, "aten::_scaled_dot_product_flash_attention_backward": 11,

@@ -29,6 +29,7 @@ import torch
 from scaletrain.ops import attention_naive
 from scaletrain.ops.attention_tuning import tuned_attention_fwd
 from scaletrain.ops.backends import KERNELS_DIR, load_kernel_module, resolve_name
+from scaletrain.ops.labels import labelled
 
 __all__ = ["attention", "attention_backend", "MAX_HEAD_DIM"]
 
@@ -98,7 +99,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     if q.numel() == 0:  # no heads: nothing to launch
         return q.new_empty(q.shape)
     q3, k3, v3 = (t.reshape(-1, t.shape[-2], d).contiguous() for t in (q, k, v))
-    o = _Attention.apply(q3, k3, v3, bool(causal), scale, impl if impl and impl.name == name else attention_backend(name))
+    with labelled("attention"):
+        o = _Attention.apply(q3, k3, v3, bool(causal), scale,
+                             impl if impl and impl.name == name else attention_backend(name))
     return o.reshape(*lead, seq_q, d)
 
 

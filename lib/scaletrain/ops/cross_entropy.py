@@ -19,6 +19,7 @@ from typing import Callable
 import torch
 
 from scaletrain.ops.backends import KERNELS_DIR, load_kernel_module, resolve_name
+from scaletrain.ops.labels import labelled
 
 __all__ = ["cross_entropy", "naive_cross_entropy_fwd", "naive_cross_entropy_bwd"]
 
@@ -96,7 +97,8 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, label_smoothing: f
     valid = t != ignore_index
     if ((t < 0) | (t >= x.shape[1]))[valid].any():
         raise ValueError(f"cross_entropy: targets must lie in [0, {x.shape[1]}) or equal ignore_index={ignore_index}")
-    loss_rows = _CrossEntropy.apply(x, t, float(label_smoothing), int(ignore_index), cross_entropy_backend(name))
+    with labelled("cross_entropy"):
+        loss_rows = _CrossEntropy.apply(x, t, float(label_smoothing), int(ignore_index), cross_entropy_backend(name))
     return (loss_rows.sum() / valid.sum()).to(logits.dtype)
 
 

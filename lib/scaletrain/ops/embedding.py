@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from scaletrain.ops.backends import KERNELS_DIR, load_kernel_module, resolve_name
+from scaletrain.ops.labels import labelled
 
 __all__ = ["embedding", "naive_embedding_fwd", "naive_embedding_bwd"]
 
@@ -86,6 +87,7 @@ def embedding(ids: torch.Tensor, token_weight: torch.Tensor, position_weight: to
         raise ValueError(f"embedding: dropout p must lie in [0, 1), got {p}")
     name = resolve_name(backend, token_weight, "embedding")
     seed = int(torch.randint(0, 2**31 - 1, ()).item()) if seed is None else int(seed)
-    y = _Embedding.apply(ids.contiguous(), token_weight.contiguous(), position_weight.contiguous(), float(p), seed,
-                         _impl(name))
+    with labelled("embedding"):
+        y = _Embedding.apply(ids.contiguous(), token_weight.contiguous(), position_weight.contiguous(), float(p),
+                             seed, _impl(name))
     return y.reshape(*ids.shape, token_weight.shape[1])

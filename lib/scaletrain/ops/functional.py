@@ -14,6 +14,7 @@ from typing import Sequence
 import torch
 
 from scaletrain.ops.backends import Backend, resolve
+from scaletrain.ops.labels import labelled
 from scaletrain.ops.mask import MaskView
 
 __all__ = ["softmax", "layer_norm"]
@@ -75,7 +76,8 @@ def softmax(x: torch.Tensor, dim: int = -1, mask: torch.Tensor | None = None, ca
         return torch.empty_like(x)
     moved = x.movedim(dim, -1)
     mask_moved = None if mask is None else mask.movedim(dim, -1)
-    y2d = _Softmax.apply(moved.reshape(-1, moved.shape[-1]).contiguous(), mask_moved, causal_len, chosen)
+    with labelled("softmax"):
+        y2d = _Softmax.apply(moved.reshape(-1, moved.shape[-1]).contiguous(), mask_moved, causal_len, chosen)
     return y2d.reshape(moved.shape).movedim(-1, dim)
 
 
@@ -98,7 +100,8 @@ def layer_norm(x: torch.Tensor, normalized_shape: int | Sequence[int], weight: t
     x2d = x.reshape(-1, cols).contiguous()
     w = None if weight is None else weight.reshape(cols).contiguous()  # kernels assume unit stride
     b = None if bias is None else bias.reshape(cols).contiguous()
-    y2d, _mean, _rstd = _LayerNorm.apply(x2d, w, b, float(eps), chosen)
+    with labelled("layer_norm"):
+        y2d, _mean, _rstd = _LayerNorm.apply(x2d, w, b, float(eps), chosen)
     return y2d.reshape(x.shape)
 
 

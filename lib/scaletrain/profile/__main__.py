@@ -1,4 +1,4 @@
-"""`python -m scaletrain.profile [--device auto|cpu|cuda] [--steps N] [--quick] [--out DIR]`
+"""`python -m scaletrain.profile [--device auto|cpu|cuda] [--steps N] [--quick] [--out DIR] [--model gpt|fused]`
 
 Profiles training steps of a GPT-2-like model and prints where the time goes (training-speedup-
 lecture.md, "GPT-2 Profiling: Time"): ms by category for the forward, the backward and the
@@ -6,6 +6,11 @@ optimizer step; the costliest priced ops against the roofline measured on this m
 the bytes of each tensor kind at the marks of a step ("GPT-2 Profiling: Memory", memory_timeline.py).
 Writes `profile_bars.png`, `profile_roofline.png`, `profile_memory.png` and the Chrome trace
 `profile_trace.json` (open in ui.perfetto.dev or chrome://tracing) under DIR (default ./bench_out).
+
+`--model fused` (a GPU only) profiles the same step on the course's fused Triton kernels (fused.py):
+each call of scaletrain.ops is a `scaletrain::<op>` range in the trace (ops/labels.py), so their
+kernels' time has an operation to go to.  The first H200 run timed that step at 3.9x eager's
+(`bench profile --part variants`): this says where.
 
 Shapes: on a GPU, GPT-2 small as the seeds profile it (h = 768, 12 layers, s = 512, b = 8, V = 50257;
 fp32; shapes.GPU_STATUS says what GPU runs have shown).  On a CPU, a scaled shape of the same form that runs
@@ -22,6 +27,7 @@ import torch
 from scaletrain import bench
 from scaletrain.bench_cli import positive_int
 from scaletrain.models import GPT, make_batch
+from scaletrain.profile.fused import FUSED_BACKEND, FusedGPT, fused_unavailable
 from scaletrain.profile.memory_timeline import KINDS, memory_timeline
 from scaletrain.profile.roofline import measure_machine
 from scaletrain.profile.shapes import SHAPES, device_arg, device_note, pick_shape, resolve_device
@@ -31,10 +37,14 @@ from scaletrain.profile.trace import profile_steps, training_step
 TOP_OPS = 12
 
 
-def profile_gpt(shape: str, device: str, *, steps: int, trace_name: str = "profile_trace.json"):
-    """The profile of `steps` AdamW steps of the GPT of `shape` on `device`, and its model and tokens."""
+def profile_gpt(shape: str, device: str, *, steps: int, trace_name: str = "profile_trace.json",
+                fused_backend: str | None = None):
+    """The profile of `steps` AdamW steps of the GPT of `shape` on `device`, and its model and tokens;
+    with `fused_backend`, the GPT on the course's fused kernels of that backend (fused.py)."""
     cfg, batch = SHAPES[shape]
     model = GPT(cfg, seed=0).to(device)
+    if fused_backend:
+        model = FusedGPT(model, fused_backend)
     idx, targets = (t.to(device) for t in make_batch(cfg, batch, seed=0))
     # foreach: one kernel per update over all tensors (torch's default on a GPU; the CPU default loops)
     step = training_step(model, (idx, targets), torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True))
@@ -82,11 +92,16 @@ def main(argv: list[str] | None = None) -> int:
                                                                 "the tables show the median one")
     parser.add_argument("--quick", action="store_true", help="a tiny GPT and a small roofline measurement")
     parser.add_argument("--out", default=None, help="where figures and the trace go (default ./bench_out)")
+    parser.add_argument("--model", choices=("gpt", "fused"), default="gpt",
+                        help=f"gpt: torch's ops; fused: LayerNorm, attention and the loss on the course's "
+                             f"{FUSED_BACKEND} kernels (a GPU only)")
     args = parser.parse_args(argv)
     if args.out:
         import os
         os.environ["SCALETRAIN_BENCH_OUT"] = args.out
     device = resolve_device(args.device)
+    if args.model == "fused" and (why := fused_unavailable(device)):
+        parser.error(f"--model fused on {device}: {why}")
     shape = pick_shape(device, quick=args.quick)
     cfg, batch = SHAPES[shape]
     print(f"device {device_note(device)}; "
@@ -98,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # the same thread count as the profile: the roofs it can reach
         machine = measure_machine(device, **(dict(matmul_n=384, copy_mb=16) if args.quick else {}))
-        prof, num_params, tokens = profile_gpt(shape, device, steps=args.steps)
+        prof, num_params, tokens = profile_gpt(shape, device, steps=args.steps,
+                                               fused_backend=FUSED_BACKEND if args.model == "fused" else None)
         marks = memory_marks(shape, device)
     finally:
         torch.set_num_threads(threads)

@@ -7,7 +7,8 @@ profiler event is placed in the phase whose interval holds its start (intervals,
 the autograd engine's own thread on a GPU lands in the backward too).
 
 Two views of the same events:
-  * `ops`: the outermost operations (an aten op or an autograd node with no operation above it),
+  * `ops`: the outermost operations (an aten op, an autograd node or a labelled call of
+    scaletrain.ops, `scaletrain::attention`, with no operation above it),
     each with its inclusive time, categorised (categories.py).  They tile the step without double
     counting: an outer op's time already holds its inner ops'.  On a GPU an op's time is the device
     time of the kernels it launched; on a CPU, its wall time on the calling thread.
@@ -26,6 +27,7 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
+from scaletrain.ops.labels import PREFIX as LABEL_PREFIX
 from scaletrain.profile.categories import categorise
 from scaletrain.profile.cost import Cost, op_cost
 
@@ -95,8 +97,10 @@ def _finish(t: torch.Tensor) -> None:
 
 
 def _is_op(event) -> bool:
-    return event.name.startswith("aten::") or "evaluate_function:" in event.name or "c10d::" in event.name or \
-        event.name.startswith(("nccl:", "gloo:"))
+    """An operation: an aten op, an autograd node, a collective, or a call of scaletrain.ops (its
+    labelled range: a Triton or CUDA kernel launched from Python has no aten op above it)."""
+    return event.name.startswith(("aten::", LABEL_PREFIX, "nccl:", "gloo:")) or "evaluate_function:" in event.name \
+        or "c10d::" in event.name
 
 
 def _phase_of(event, intervals) -> tuple[str, int] | None:
