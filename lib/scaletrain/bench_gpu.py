@@ -37,6 +37,7 @@ STEPS = (
     ("cross_entropy", (*BENCH, "cross_entropy", "--quick"), 120),     # fused CE, the chunked LM head
     ("profile-gpt2", ("-m", "scaletrain.profile", "--device", "cuda", "--out", "{out}"), 240),  # where a GPT-2 small step's time goes
     ("profile-variants", (*BENCH, "profile", "--part", "variants"), 300),    # eager, fused, compiled
+    ("profile-fused", ("-m", "scaletrain.profile", "--device", "cuda", "--model", "fused", "--out", "{out}"), 240),
     ("infer", (*BENCH, "infer", "--quick"), 240),                    # KV cache, re-rank, compiled decoding
 )
 MIN_START_S = 30

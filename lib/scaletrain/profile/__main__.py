@@ -5,7 +5,8 @@ lecture.md, "GPT-2 Profiling: Time"): ms by category for the forward, the backwa
 optimizer step; the costliest priced ops against the roofline measured on this machine; the MFU;
 the bytes of each tensor kind at the marks of a step ("GPT-2 Profiling: Memory", memory_timeline.py).
 Writes `profile_bars.png`, `profile_roofline.png`, `profile_memory.png` and the Chrome trace
-`profile_trace.json` (open in ui.perfetto.dev or chrome://tracing) under DIR (default ./bench_out).
+`profile_trace.json` (open in ui.perfetto.dev or chrome://tracing) under DIR (default ./bench_out);
+`profile_fused_*` for `--model fused`.
 
 `--model fused` (a GPU only) profiles the same step on the course's fused Triton kernels (fused.py):
 each call of scaletrain.ops is a `scaletrain::<op>` range in the trace (ops/labels.py), so their
@@ -102,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     device = resolve_device(args.device)
     if args.model == "fused" and (why := fused_unavailable(device)):
         parser.error(f"--model fused on {device}: {why}")
+    name = "profile" if args.model == "gpt" else "profile_fused"  # the files' prefix: both can sit in one DIR
     shape = pick_shape(device, quick=args.quick)
     cfg, batch = SHAPES[shape]
     print(f"device {device_note(device)}; "
@@ -113,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # the same thread count as the profile: the roofs it can reach
         machine = measure_machine(device, **(dict(matmul_n=384, copy_mb=16) if args.quick else {}))
-        prof, num_params, tokens = profile_gpt(shape, device, steps=args.steps,
+        prof, num_params, tokens = profile_gpt(shape, device, steps=args.steps, trace_name=f"{name}_trace.json",
                                                fused_backend=FUSED_BACKEND if args.model == "fused" else None)
         marks = memory_marks(shape, device)
     finally:
@@ -128,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\nMFU\n" + bench.format_table([step_mfu(prof, machine, num_params=num_params, tokens=tokens)]))
     print("\nmemory by tensor kind at the marks of a step (the second: Adam's state already there)\n"
           + bench.format_table(memory_table(marks)))
-    paths = figures(prof, rows, machine, marks)
+    paths = figures(prof, rows, machine, marks, name)
     print(f"\nwrote {', '.join(str(p) for p in paths)}, {prof.trace_path}")
     return 0
 
