@@ -89,6 +89,11 @@ def test_a_kernel_file_runs_the_chosen_copy(monkeypatch):
     assert chosen == folder / "softmax_triton.py"
     assert student_code.kernel_file(REPO / "kernels" / "softmax_triton.py") == chosen
     assert student_code.kernel_file(REPO / "kernels" / "layer_norm_triton.py") == REPO / "kernels" / "layer_norm_triton.py"
+    # what the ops load follows the choice both ways (the loader remembers paths per choice)
+    from scaletrain.ops.backends import KERNELS_DIR, load_kernel_module
+    assert Path(load_kernel_module(KERNELS_DIR / "softmax_triton.py").__file__) == chosen
+    monkeypatch.setenv(student_code.IMPL_ENV, "")
+    assert Path(load_kernel_module(KERNELS_DIR / "softmax_triton.py").__file__) == REPO / "kernels" / "softmax_triton.py"
 
 
 def test_needs_skips_a_demo_of_an_open_assignment_on_reference_only(monkeypatch, tmp_path, capsys):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -38,8 +39,17 @@ def load_kernel_module(path: Path | str, *, name: str | None = None) -> ModuleTy
     file of kernels/ that a notebook pointed at the student's copy (`student_code.implementation`)
     loads that copy instead, so the notebook's own calls run the student's kernel.
     """
+    from scaletrain.student_code import IMPL_ENV
+    return _load_kernel_module(_kernel_path(str(path), os.environ.get(IMPL_ENV, "")), name, triton_interpreter_on())
+
+
+@functools.cache
+def _kernel_path(path: str, choices: str) -> str:
+    """The real path of the file `path` stands for under the notebook's `choices` (student_code's
+    $SCALETRAIN_STUDENT_FILES): two path resolutions, ~30 µs, once per path and choice instead of
+    on every call of an op (the ops call load_kernel_module per call; eager code pays it per layer)."""
     from scaletrain.student_code import kernel_file
-    return _load_kernel_module(str(kernel_file(path).resolve()), name, triton_interpreter_on())
+    return str(kernel_file(path).resolve())
 
 
 @functools.cache
