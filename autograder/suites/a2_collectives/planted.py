@@ -36,7 +36,8 @@ if not getattr(_time.perf_counter, "patched", False):
 _SLOW_BASELINE = '''import time as _time
 
 _SLEPT = [0.0]
-_originals = {name: getattr(dist, name) for name in ("all_" + "reduce", "reduce_" + "scatter_single")}
+_originals = {name: getattr(dist, name) for name in ("all_" + "reduce", "reduce_" + "scatter_single",
+                                                     "reduce_" + "scatter_tensor") if hasattr(dist, name)}
 
 
 def _slowed(name):
