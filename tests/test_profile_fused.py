@@ -66,6 +66,11 @@ def test_the_fused_models_calls_are_operations_of_the_profile():
                       "scaletrain::cross_entropy": 1}
     # the composed softmax inside the torch backend's attention is not an outer op of its own
     assert not any(o.name == "aten::_softmax" for o in forward)
+    # with no profiler recording, a call opens no range (a record_function is ~16 us a call)
+    from torch.profiler import record_function
+
+    from scaletrain.ops.labels import labelled
+    assert not isinstance(labelled("softmax"), record_function)
 
 
 def test_the_cli_refuses_the_fused_model_without_a_gpu(capsys):
