@@ -214,6 +214,28 @@ def test_triton_kernels_compile_for_sm80():
     assert all(shared <= 164 * 1024 for _, shared, _ in rows)  # fits an A100's shared memory
 
 
+def _launch_local_memory():
+    from scaletrain.ops.backends import load_kernel_module
+    from scaletrain.ops.toolchain.attention_compile import launch_local_memory
+    kernels = load_kernel_module(KERNELS_DIR / "attention_triton.py")
+    return [row for dtype, d in ((torch.float32, 64), (torch.float32, 128), (torch.float16, 128))
+            for row in launch_local_memory(kernels, dtype, d)]
+
+
+@needs_triton
+def test_gpu_launches_keep_their_tiles_in_registers():
+    """The kernels as the launcher configures them for a GPU (tiles, dot precision, warps), built for
+    sm_90: a thread keeps at most a few registers' worth in local memory. fp32 with exact "ieee" dots
+    at 64 x 64 tiles kept 8-19 KB (the backward, Triton 3.6): what made the fused GPT-2 step slow."""
+    with IsolatedWorker({"TRITON_INTERPRET": "0"}, timeout_s=300) as worker:
+        rows = worker.run(_launch_local_memory)
+    for row in rows:
+        print(row)
+    assert {(r["dtype"], r["head_dim"]) for r in rows} == {("fp32", 64), ("fp32", 128), ("fp16", 128)}
+    assert all(r["local_bytes"] <= 128 for r in rows), [r for r in rows if r["local_bytes"] > 128]
+    assert {r["DOT_PRECISION"] for r in rows if r["dtype"] == "fp32"} == {"tf32x3"}  # fp32-accurate, tensor cores
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed: CUDA sources not compiled here")
 def test_cuda_sources_compile_for_sm80_without_spills():
     """attention.cu (forward, dQ and dK/dV kernels for head-dim buckets 32, 64, 128 x causal or not,

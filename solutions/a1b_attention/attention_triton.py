@@ -254,21 +254,42 @@ def attention_tiles(q: torch.Tensor, block_m: int | None = None, block_n: int | 
     """(BLOCK_M, BLOCK_N, BLOCK_D): BLOCK_D = next power of two >= head_dim (>= 16, tl.dot's
     minimum); 64 x 64 tiles by default (FlashAttention-2's choice for head_dim <= 128 on A100)."""
     block_d = max(16, triton.next_power_of_2(q.shape[-1]))
-    # fp32 tiles of 64 x 128 need ~190 KB of shared memory in the backward, over an A100's 164 KB
-    square = 32 if q.element_size() == 4 and block_d > 64 else 64
-    return block_m or square, block_n or square, block_d
+    if q.element_size() == 4 and q.is_cuda:
+        # fp32's tf32x3 products hold each operand twice (_precision): tiles whose three kernels keep
+        # <= 64 B a thread in local memory at 8 warps (sm_90, Triton 3.6 and 3.9; 64 x 64 keeps ~900 B)
+        square = (32, 32) if block_d <= 64 else (16, 32)
+    else:
+        # fp32 tiles of 64 x 128 need ~190 KB of shared memory in the backward, over an A100's 164 KB
+        square = (32, 32) if q.element_size() == 4 and block_d > 64 else (64, 64)
+    return block_m or square[0], block_n or square[1], block_d
 
 
 def _precision(q: torch.Tensor) -> str:
-    """fp32 storage: exact fp32 products ("ieee"), not TF32, so the kernel matches torch's fp32
-    attention; fp16 / bf16 go through the tensor cores with fp32 accumulation anyway."""
+    """How tl.dot multiplies. fp16 / bf16: the tensor cores, fp32 accumulation ("tf32" is ignored for
+    16-bit operands). fp32 on a GPU: "tf32x3", fp32-accurate products on the tensor cores, each operand
+    split into a TF32 part and a TF32 remainder, three products (the small x small one dropped, ~2^-22
+    relative): what torch's own fp32 attention does, whose memory-efficient kernel multiplies fp32 with
+    CUTLASS's OpMultiplyAddFastF32 on sm_80+ (xformers' gemm_kernel_utils.h, DefaultGemmType<float>).
+    Not "ieee": Triton lowers an exact fp32 dot to scalar FMAs, and at 64 x 64 tiles sm_90's build of the
+    backward keeps 8-19 KB a thread in local memory (Triton 3.6; the likely cause of the fused GPT-2 step
+    running 3.9x slower than torch's on an H200, 2026-11-27). Not "tf32" alone: 4-7e-4 relative error,
+    over fp32's tolerance. On CPU the interpreter multiplies in numpy whatever the precision: "ieee"."""
     if q.dtype == torch.bfloat16 and not q.is_cuda:
         return "upcast"  # the interpreter (see _mm)
-    return "ieee" if q.dtype == torch.float32 else "tf32"
+    if q.dtype == torch.float32:
+        return "tf32x3" if q.is_cuda else "ieee"
+    return "tf32"
 
 
-def _warps(block_m: int, block_d: int) -> int:
-    return 8 if block_m * block_d >= 64 * 128 else 4
+def _warps(q: torch.Tensor, block_m: int, block_d: int) -> int:
+    """4 warps a program, 8 for the largest tiles and for fp32 on a GPU (whose tf32x3 tiles spill at 4)."""
+    return 8 if block_m * block_d >= 64 * 128 or (q.is_cuda and q.element_size() == 4) else 4
+
+
+def launch_options(q: torch.Tensor, block_m: int | None = None, block_n: int | None = None) -> dict:
+    """The launcher's constexprs and warps for q, shared by the forward and backward kernels."""
+    bm, bn, bd = attention_tiles(q, block_m, block_n)
+    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, DOT_PRECISION=_precision(q), num_warps=_warps(q, max(bm, bn), bd))
 
 
 def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -278,12 +299,11 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     bh, seq_q, head_dim = q.shape
     seq_k = k.shape[1]
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
-    bm, bn, bd = attention_tiles(q, block_m, block_n)
+    options = launch_options(q, block_m, block_n)
     o = torch.empty_like(q)
     lse = torch.empty(bh, seq_q, device=q.device, dtype=torch.float32)
-    attention_fwd_kernel[(triton.cdiv(seq_q, bm), bh)](
-        q, k, v, o, lse, seq_q, seq_k, head_dim, scale, CAUSAL=causal, DOT_PRECISION=_precision(q),
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, num_warps=_warps(bm, bd))
+    attention_fwd_kernel[(triton.cdiv(seq_q, options["BLOCK_M"]), bh)](
+        q, k, v, o, lse, seq_q, seq_k, head_dim, scale, CAUSAL=causal, **options)
     return o, lse
 
 
@@ -301,15 +321,14 @@ def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
     bh, seq_q, head_dim = q.shape
     seq_k = k.shape[1]
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
-    bm, bn, bd = attention_tiles(q, block_m, block_n)
+    common = dict(CAUSAL=causal, **launch_options(q, block_m, block_n))
+    bm, bn, bd = common["BLOCK_M"], common["BLOCK_N"], common["BLOCK_D"]
     delta = torch.empty(bh, seq_q, device=q.device, dtype=torch.float32)
     attention_bwd_delta_kernel[(triton.cdiv(seq_q, bm), bh)](o, do, delta, seq_q, head_dim,
                                                              BLOCK_M=bm, BLOCK_D=bd)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     # atomics add into dq, so it starts at zero, in fp32 (16-bit partial sums would round each add)
     dq = torch.zeros_like(q, dtype=torch.float32) if DQ_BY_ATOMICS else torch.empty_like(q)
-    common = dict(CAUSAL=causal, DOT_PRECISION=_precision(q), BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd,
-                  num_warps=_warps(max(bm, bn), bd))
     attention_bwd_dkdv_kernel[(triton.cdiv(seq_k, bn), bh)](q, k, v, do, lse, delta, dk, dv, dq, seq_q, seq_k,
                                                             head_dim, scale, ATOMIC_DQ=DQ_BY_ATOMICS, **common)
     if DQ_BY_ATOMICS:

@@ -11,7 +11,8 @@ Writes `profile_bars.png`, `profile_roofline.png`, `profile_memory.png` and the 
 `--model fused` (a GPU only) profiles the same step on the course's fused Triton kernels (fused.py):
 each call of scaletrain.ops is a `scaletrain::<op>` range in the trace (ops/labels.py), so their
 kernels' time has an operation to go to.  The first H200 run timed that step at 3.9x eager's
-(`bench profile --part variants`): this says where.
+(`bench profile --part variants`), fp32 attention's exact dots the likely cause (kernels/attention_triton.py,
+_precision: changed since); this says where the time goes.
 
 Shapes: on a GPU, GPT-2 small as the seeds profile it (h = 768, 12 layers, s = 512, b = 8, V = 50257;
 fp32; shapes.GPU_STATUS says what GPU runs have shown).  On a CPU, a scaled shape of the same form that runs

@@ -7,12 +7,14 @@ compile_module with SIGNATURES added to its table for the duration of the call.
 
 from __future__ import annotations
 
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from unittest import mock
+
+import torch
 
 from scaletrain.ops.toolchain import triton_compile
 
-__all__ = ["SIGNATURES", "compile_fused"]
+__all__ = ["SIGNATURES", "compile_fused", "launch_local_memory"]
 
 _I, _F, _L = "i32", "*fp32", "*i64"
 _ATT = dict(seq_q=_I, seq_k=_I, head_dim=_I, scale="fp32")
@@ -48,3 +50,23 @@ def compile_fused(module: ModuleType, *, arch: int = 80, storage: str = "fp16",
     with mock.patch.dict(triton_compile.KERNEL_SIGNATURES, SIGNATURES):
         names = tuple(SIGNATURES) if kernels is None else kernels
         return triton_compile.compile_module(module, arch=arch, storage=storage, kernels=names)
+
+
+def launch_local_memory(module: ModuleType, dtype: torch.dtype, head_dim: int, *, arch: int = 90) -> list[dict]:
+    """The forward, dK/dV and dQ kernels of `module` (kernels/attention_triton.py) compiled for sm_{arch}
+    as its launcher configures them for a GPU tensor of `dtype` and `head_dim` (its tiles, dot precision
+    and warps; causal, the longer program), each with the local memory a thread keeps
+    (triton_compile.local_memory_bytes): one row per kernel."""
+    q = SimpleNamespace(shape=(1, 1, head_dim), dtype=dtype, is_cuda=True, element_size=lambda: dtype.itemsize)
+    options = module.launch_options(q)
+    warps = options.pop("num_warps")
+    storage = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
+    rows = []
+    for name, extra in (("attention_fwd_kernel", {}), ("attention_bwd_dkdv_kernel", {"ATOMIC_DQ": False}),
+                        ("attention_bwd_dq_kernel", {})):
+        kernel = triton_compile.compile_kernel(getattr(module, name), SIGNATURES[name][0],
+                                               {"CAUSAL": True, **options, **extra}, arch, storage,
+                                               options=dict(num_warps=warps))
+        rows.append({"kernel": name, "dtype": storage, "head_dim": head_dim, "warps": warps, **options,
+                     "local_bytes": triton_compile.local_memory_bytes(kernel)})
+    return rows

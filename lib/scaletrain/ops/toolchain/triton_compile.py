@@ -11,10 +11,13 @@ that a kernel that passes on CPU also builds for sm_80.  Results are cached by T
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+import tempfile
 import time
 from types import ModuleType
 
-__all__ = ["KERNEL_SIGNATURES", "compile_kernel", "compile_module", "compile_ptx"]
+__all__ = ["KERNEL_SIGNATURES", "compile_kernel", "compile_module", "compile_ptx", "local_memory_bytes"]
 
 _I, _F = "i32", "*fp32"
 _MASK_ARGS = dict(rows=_I, cols=_I, causal_len=_I, m_size1=_I, m_size2=_I, m_stride0=_I, m_stride1=_I,
@@ -94,6 +97,24 @@ def compile_ptx(module: ModuleType, name: str, *, arch: int = 80, storage: str =
     GPU runs, readable without one (e.g. whether `a * b + c` became fma.rn.f32)."""
     signature, configs = KERNEL_SIGNATURES[name]
     return compile_kernel(getattr(module, name), signature, configs[0], arch, storage).asm["ptx"]
+
+
+def local_memory_bytes(kernel) -> int:
+    """Bytes a thread of the compiled `kernel` keeps in local memory (registers ptxas spilled, arrays
+    it could not keep in registers): the STACK figure of cuobjdump's resource usage of its cubin, the
+    tool Triton ships beside ptxas. Without a GPU nothing else reports it (the driver does, on load);
+    local memory is DRAM behind the L1, so kilobytes of it a thread turn a tile loop memory-bound."""
+    from triton import knobs
+
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        report = subprocess.run([knobs.nvidia.cuobjdump.path, "--dump-resource-usage", f.name],
+                                capture_output=True, text=True, timeout=60, check=True).stdout
+    stacks = re.findall(r"STACK:(\d+)", report)
+    if not stacks:
+        raise RuntimeError(f"cuobjdump printed no STACK figure: {report[-300:]!r}")
+    return max(int(b) for b in stacks)
 
 
 def _error(exc: Exception) -> str:
