@@ -92,3 +92,10 @@ def test_bad_options_name_the_fix(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         benchmark.main(argv)
     assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU path: on a GPU --variants runs the benchmark")
+def test_variants_are_refused_on_a_cpu_with_the_reason(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        benchmark.main(["--variants"])
+    assert exit_.value.code == 2 and "run it on a GPU" in capsys.readouterr().err

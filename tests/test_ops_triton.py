@@ -161,9 +161,49 @@ def two_pass_benchmark_row_case():
         assert_close(a, b, rtol=1e-5, what="one pass against two")
 
 
+def launch_variants_case():
+    """bench kernels --variants: each variant launches the same kernels with its own warps or rows a
+    program (seen at the launch), computes what the default launch does, and leaves the rule in place."""
+    from scaletrain.ops import tiles
+    from scaletrain.ops.backends import KERNELS_DIR, get_backend, load_kernel_module
+    from scaletrain.ops.launch_variants import variant_backends
+    sm, ln = (load_kernel_module(KERNELS_DIR / f) for f in ("softmax_triton.py", "layer_norm_triton.py"))
+    real, seen = sm.softmax_fwd_kernel, []
+
+    class Recorded:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                seen.append((kwargs["num_warps"], kwargs["BLOCK_M"]))
+                return real[grid](*args, **kwargs)
+            return launch
+    torch.manual_seed(4)
+    x, dy, w, b = torch.randn(300, 200), torch.randn(300, 200), torch.randn(200), torch.randn(200)
+    default, backends = get_backend("triton"), variant_backends()
+    y, mean, rstd = default.layer_norm_fwd(x, w, b, 1e-5)
+    expected = [default.softmax_fwd(x, None, 0), default.softmax_bwd(y, dy), y,
+                *default.layer_norm_bwd(dy, x, w, mean, rstd, True, True)]
+    try:
+        sm.softmax_fwd_kernel = Recorded()
+        for name, be in backends.items():
+            got = [be.softmax_fwd(x, None, 0), be.softmax_bwd(y, dy), be.layer_norm_fwd(x, w, b, 1e-5)[0],
+                   *be.layer_norm_bwd(dy, x, w, mean, rstd, True, True)]
+            for what, a, e in zip(("softmax", "softmax dx", "layer_norm", "dx", "dw", "db"), got, expected):
+                assert_close(a, e, rtol=1e-5, what=f"{name}: {what}")
+    finally:
+        sm.softmax_fwd_kernel = real
+    # 200 columns -> 256 a row; the interpreter's own rule: 256 rows (65536 elements), 16 warps
+    assert dict(zip(backends, seen)) == {"triton 4 warps": (4, 256), "triton 16 warps": (16, 256),
+                                         "triton 2k/program": (4, 8), "triton 16k/program": (16, 64)}
+    assert all(m._num_warps is tiles.num_warps and m.tile_shape is tiles.tile_shape for m in (sm, ln))
+
+
 # ---- tests ------------------------------------------------------------------------------------
 def test_the_benchmark_times_the_two_pass_layer_norm_backward_beside_the_one_pass(interp):
     interp(two_pass_benchmark_row_case)
+
+
+def test_launch_variants_change_only_the_launch(interp):
+    interp(launch_variants_case)
 
 
 @pytest.mark.parametrize("programs", [None, 1, 3])

@@ -1,4 +1,4 @@
-"""`python -m scaletrain.bench kernels [--quick] [--full] [--dtype fp32,bf16] [--rows M,..] [--sizes N,..]`
+"""`python -m scaletrain.bench kernels [--quick] [--full] [--dtype fp32,bf16] [--rows M,..] [--sizes N,..] [--variants]`
 
 For softmax and LayerNorm, forward and backward, at M rows of length N: every backend that runs
 here timed round-robin with the naive composed PyTorch version (naive.py) and torch's native op
@@ -13,6 +13,8 @@ all from the kernels' time (bench's `hide_host`: the call's Python and launches 
 is still busy); then "call ms" and "x native, call", a call from an idle GPU with its host part,
 which is what a short kernel costs eager code (the first H200 run timed only that: 0.145 ms a
 Triton softmax call from N = 512 to 4096, the host's share, not the kernel's).
+`--variants` (a GPU): Triton's kernels also launched with other warps and rows per program
+(launch_variants.py), timed in the same round-robin: which launch the rule in tiles.py should take.
 Plot: GB/s against N per op, every backend, the ceilings drawn (bench_out/kernels_bandwidth_*.png).
 
 Shapes: on a GPU the LLM-training grid, M in {4096, 32768} x N in 512..16384, fp32 and bf16 (the
@@ -191,6 +193,9 @@ def _run(args, device: str) -> int:
     if not cuda:
         print("(rows this small stay in the CPU's caches, the copy's buffers do not: % copy can pass 100 here)")
     backends = fused_backends() if cuda else {}
+    if args.variants:
+        from scaletrain.ops.launch_variants import variant_backends
+        backends.update(variant_backends())
     for dtype in dtypes:
         rows = gpu_rows(quick=args.quick, dtype=dtype, peak=peak, rows=ms, sizes=ns, ceilings=ceilings,
                         backends=backends, device=device)
@@ -269,8 +274,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=positive_ints, default=None, help="M values, e.g. 4096,32768")
     parser.add_argument("--sizes", type=positive_ints, default=None, help="N values, e.g. 512,4096,16384")
     parser.add_argument("--peak-gbps", type=positive_float, default=None, help="override the datasheet's DRAM GB/s")
+    parser.add_argument("--variants", action="store_true",
+                        help="also time Triton's kernels launched other ways (launch_variants.py: 4 or 16 warps, "
+                             "2k or 16k elements a program) in the same round-robin; a GPU only")
     args = parser.parse_args(argv)
     if torch.cuda.is_available():
         return _run(args, "cuda")
+    if args.variants:
+        parser.error("--variants times Triton's launches, which run on a CPU only through the interpreter "
+                     "(Python, not a kernel): run it on a GPU")
     _cpu_traffic(args)
     return _run(args, "cpu")

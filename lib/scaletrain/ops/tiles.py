@@ -21,15 +21,16 @@ MAX_TILE_COLS = 8192  # longest row held in one tile; longer rows take the two-p
 TILE_ELEMENTS = {"gpu": 4096, "interpreter": 65536}
 
 
-def tile_shape(x: torch.Tensor) -> tuple[int, int, bool]:
+def tile_shape(x: torch.Tensor, elements: int | None = None) -> tuple[int, int, bool]:
     """(BLOCK_M, BLOCK_N, SINGLE_TILE) for a (rows, cols) tensor: the row-length buckets.
-    Short rows share a program (BLOCK_M rows of BLOCK_N = next power of two >= cols); rows up to
-    MAX_TILE_COLS get one program each; longer rows are streamed in MAX_TILE_COLS chunks."""
+    Short rows share a program (BLOCK_M rows of BLOCK_N = next power of two >= cols, about
+    `elements` in all, default TILE_ELEMENTS); rows up to MAX_TILE_COLS get one program each;
+    longer rows are streamed in MAX_TILE_COLS chunks."""
     rows, cols = x.shape
     block_n = triton.next_power_of_2(max(cols, 1))
     if block_n > MAX_TILE_COLS:
         return 1, MAX_TILE_COLS, False
-    tile = TILE_ELEMENTS["gpu" if x.is_cuda else "interpreter"]
+    tile = elements or TILE_ELEMENTS["gpu" if x.is_cuda else "interpreter"]
     block_m = max(1, min(tile // block_n, triton.next_power_of_2(max(rows, 1))))
     return block_m, block_n, True
 
