@@ -218,22 +218,22 @@ def _launch_local_memory():
     from scaletrain.ops.backends import load_kernel_module
     from scaletrain.ops.toolchain.attention_compile import launch_local_memory
     kernels = load_kernel_module(KERNELS_DIR / "attention_triton.py")
-    return [row for dtype, d in ((torch.float32, 64), (torch.float32, 128), (torch.float16, 128))
-            for row in launch_local_memory(kernels, dtype, d)]
+    return [row for d in (64, 128) for row in launch_local_memory(kernels, torch.float32, d)]
 
 
 @needs_triton
 def test_gpu_launches_keep_their_tiles_in_registers():
-    """The kernels as the launcher configures them for a GPU (tiles, dot precision, warps), built for
-    sm_90: a thread keeps at most a few registers' worth in local memory. fp32 with exact "ieee" dots
-    at 64 x 64 tiles kept 8-19 KB (the backward, Triton 3.6): what made the fused GPT-2 step slow."""
+    """fp32 attention as the launcher configures it for a GPU (tiles, dot precision, warps), built for
+    sm_90: a thread keeps at most a few registers' worth in local memory. With exact "ieee" dots at
+    64 x 64 tiles the backward kept 8-19 KB (Triton 3.6; the likely cause of the fused GPT-2 step's
+    3.9x). 16-bit launches keep none (64 x 64, head dim 64 and 128, Triton 3.6 and 3.9)."""
     with IsolatedWorker({"TRITON_INTERPRET": "0"}, timeout_s=300) as worker:
         rows = worker.run(_launch_local_memory)
     for row in rows:
         print(row)
-    assert {(r["dtype"], r["head_dim"]) for r in rows} == {("fp32", 64), ("fp32", 128), ("fp16", 128)}
+    assert {(r["dtype"], r["head_dim"]) for r in rows} == {("fp32", 64), ("fp32", 128)}
     assert all(r["local_bytes"] <= 128 for r in rows), [r for r in rows if r["local_bytes"] > 128]
-    assert {r["DOT_PRECISION"] for r in rows if r["dtype"] == "fp32"} == {"tf32x3"}  # fp32-accurate, tensor cores
+    assert {r["DOT_PRECISION"] for r in rows} == {"tf32x3"}  # fp32-accurate, on the tensor cores
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed: CUDA sources not compiled here")

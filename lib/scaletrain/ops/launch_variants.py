@@ -8,7 +8,7 @@ LayerNorm backward's dx kernel takes 128-147 registers a thread at 8 warps, so o
 SM (8 of its 64 warps) where dx_programs counts on two; the forward takes 165-194 from N = 8192.
 Each variant here changes one choice for every call of the backend; `bench kernels --variants`
 times them in the round-robin of the default and torch's op, so one GPU run says which launch the
-kernels should take: the issue's "sweep inside one run, not across runs".
+kernels should take (timings from separate runs, on a shared or re-clocked GPU, do not compare).
 """
 
 from __future__ import annotations
