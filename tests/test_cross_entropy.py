@@ -84,6 +84,43 @@ def test_only_the_log_sum_exp_is_saved():
     assert sum(t.numel() for t in fresh) <= 2 * 64  # L (and nothing of size rows x V)
 
 
+def chunk_variants_case():
+    """bench cross_entropy --variants: each variant caps the chunk (seen at the launch, the warps
+    following), gives the default launch's loss and gradient, and leaves the rule in place after."""
+    from scaletrain.ops.backends import load_kernel_module
+    from scaletrain.ops.cross_entropy import cross_entropy
+    from scaletrain.ops.launch_variants import chunk_variants
+    kernels = load_kernel_module(KERNELS_DIR / "cross_entropy_triton.py")
+    rule, real, seen = kernels._block_v, kernels.cross_entropy_fwd_kernel, []
+
+    class Recorded:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                seen.append((kwargs["BLOCK_V"], kwargs["num_warps"]))
+                return real[grid](*args, **kwargs)
+            return launch
+    torch.manual_seed(5)
+    x, y = (torch.randn(6, 9000) * 3).requires_grad_(), torch.randint(0, 9000, (6,))
+    results = {}
+
+    def run(label):
+        x.grad = None
+        loss = cross_entropy(x, y, backend="triton")
+        loss.backward()
+        results[label] = (loss.detach(), x.grad.clone())
+    try:
+        kernels.cross_entropy_fwd_kernel = Recorded()
+        run("default")
+        for label, variant in chunk_variants(lambda: run("variant")).items():
+            variant()
+            assert_close(results["variant"][0], results["default"][0], rtol=1e-6, what=f"{label}: loss")
+            assert_close(results["variant"][1], results["default"][1], rtol=1e-6, what=f"{label}: dlogits")
+    finally:
+        kernels.cross_entropy_fwd_kernel = real
+    assert seen == [(16384, 32), (4096, 8), (8192, 16)]  # 9000 logits: the interpreter's rule takes the row
+    assert kernels._block_v is rule
+
+
 @pytest.fixture(scope="module")
 def interp():
     with IsolatedWorker({"TRITON_INTERPRET": "1"}, timeout_s=240) as worker:
@@ -95,6 +132,7 @@ def test_triton_kernels_through_the_interpreter(interp):
     for case in CASES:
         interp(check_case, *case, "triton")
     interp(kernel_chunks_case)
+    interp(chunk_variants_case)
 
 
 @pytest.mark.gpu

@@ -6,6 +6,7 @@ log-probabilities and the gradient)."""
 import math
 
 import pytest
+import torch
 
 from scaletrain.ops import ceiling, cross_entropy_benchmark as ceb
 
@@ -42,3 +43,10 @@ def test_a_bad_dtype_names_the_choices(capsys):
     with pytest.raises(SystemExit):
         ceb.main(["--dtype", "fp8"])
     assert "fp32, bf16" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU path: on a GPU --variants runs the benchmark")
+def test_variants_are_refused_on_a_cpu_with_the_reason(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        ceb.main(["--variants"])
+    assert exit_.value.code == 2 and "run it on a GPU" in capsys.readouterr().err

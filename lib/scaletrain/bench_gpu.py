@@ -36,7 +36,7 @@ STEPS = (
     ("attention-causal", (*BENCH, "attention", "--quick", "--causal"), 180),
     ("kernels-variants", (*BENCH, "kernels", "--quick", "--variants", "--sizes", "512,1024,4096,16384",
                           "--dtype", "fp32,bf16"), 240),             # which launch (warps, rows a program)
-    ("cross_entropy", (*BENCH, "cross_entropy", "--quick"), 120),     # fused CE, the chunked LM head
+    ("cross_entropy", (*BENCH, "cross_entropy", "--quick", "--variants"), 150),  # fused CE, its chunks, the LM head
     ("profile-gpt2", ("-m", "scaletrain.profile", "--device", "cuda", "--out", "{out}"), 240),  # where a GPT-2 small step's time goes
     ("profile-variants", (*BENCH, "profile", "--part", "variants"), 300),    # eager, fused, compiled
     ("profile-fused", ("-m", "scaletrain.profile", "--device", "cuda", "--model", "fused", "--out", "{out}"), 240),

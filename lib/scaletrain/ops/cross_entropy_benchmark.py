@@ -1,4 +1,4 @@
-"""`python -m scaletrain.bench cross_entropy [--quick] [--dtype fp32,bf16]`
+"""`python -m scaletrain.bench cross_entropy [--quick] [--dtype fp32,bf16] [--variants]`
 
 Cross-entropy at real vocabularies, forward + backward, every variant timed round-robin with torch's
 own (bench.compare_many: CUDA events and L2 flushed on a GPU), with the peak memory of one call
@@ -13,6 +13,9 @@ own (bench.compare_many: CUDA events and L2 flushed on a GPU), with the peak mem
      F.cross_entropy (the (N, V) logits materialized, the baseline) against the chunked fused
      linear + cross-entropy (linear_cross_entropy.py, Liger-Kernel's approach: one chunk of logits
      at a time); TFLOP/s on its three matmuls (6 N H V) and % of the matmul ceiling.
+
+`--variants` (a GPU): the Triton criterion also with 4k and 8k logits a loop step in place of its
+16k (launch_variants.chunk_variants), in the same round-robin: which chunk the launcher should take.
 
 Shapes: on a GPU N = 8192 tokens, V in {32000, 50257, 128256} (Llama 2, GPT-2, Llama 3), H = 4096,
 fp32 and bf16 logits; on a CPU the same code at small V (N = 256 and 1024, V in {2048, 4096}, H = 64)
@@ -79,14 +82,19 @@ def _backward(loss_of: Callable[[], torch.Tensor], *leaves: torch.Tensor) -> Cal
     return run
 
 
-def criterion_rows(n: int, vocab: int, dtype: str, *, device: str, ceilings: ceiling.Ceilings, reps: int) -> list[dict]:
-    """F.cross_entropy, the fused criteria and the composed one on (n, vocab) logits, forward + backward."""
+def criterion_rows(n: int, vocab: int, dtype: str, *, device: str, ceilings: ceiling.Ceilings, reps: int,
+                   variants: bool = False) -> list[dict]:
+    """F.cross_entropy, the fused criteria and the composed one on (n, vocab) logits, forward + backward;
+    `variants`: the Triton criterion also with smaller vocabulary chunks (launch_variants.chunk_variants)."""
     x = torch.randn(n, vocab, device=device).mul_(3).to(DTYPES[dtype]).requires_grad_()
     y = torch.randint(0, vocab, (n,), device=device)
     fns = {"F.cross_entropy": _backward(lambda: F.cross_entropy(x, y), x)}
     for name in (*_fused_criteria(device), "torch"):
         fns[f"fused {name}" if name != "torch" else "composed"] = _backward(
             lambda name=name: cross_entropy(x, y, backend=name), x)
+    if variants and "fused triton" in fns:
+        from scaletrain.ops.launch_variants import chunk_variants
+        fns.update({f"fused triton, {label}": run for label, run in chunk_variants(fns["fused triton"]).items()})
     logits = n * vocab * x.element_size()
     rows = []
     for name, r in _time_and_peak(fns, "F.cross_entropy", device, reps).items():
@@ -142,11 +150,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scaletrain.bench cross_entropy", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer vocabularies and repetitions")
     parser.add_argument("--dtype", default="fp32,bf16", help="logits' dtypes, comma-separated (fp32, bf16)")
+    parser.add_argument("--variants", action="store_true",
+                        help="also time the Triton criterion with 4k and 8k vocabulary chunks a loop step "
+                             "(launch_variants.py) in the same round-robin; a GPU only")
     args = parser.parse_args(argv)
     dtypes = args.dtype.split(",")
     if set(dtypes) - set(DTYPES):
         parser.error(f"--dtype: comma-separated among {', '.join(DTYPES)}, e.g. fp32,bf16; got {args.dtype!r}")
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.variants and device == "cpu":
+        parser.error("--variants times the Triton criterion's launches, which run on a CPU only through the "
+                     "interpreter (Python, not a kernel): run it on a GPU")
     shape = SHAPES[device + (" quick" if args.quick else "")]
     reps = (3 if args.quick else 5) if device == "cpu" else (10 if args.quick else 20)
     ceilings = ceiling.measure(device, quick=args.quick)
@@ -156,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
         print("No CUDA device: the fused Triton and CUDA criteria are timed on a GPU only; here the composed "
               "paths and the chunked one with the composed criterion, at small V.")
     crit = [r for v in shape["vocabs"] for d in dtypes
-            for r in criterion_rows(shape["n"], v, d, device=device, ceilings=ceilings, reps=reps)]
+            for r in criterion_rows(shape["n"], v, d, device=device, ceilings=ceilings, reps=reps,
+                                    variants=args.variants)]
     print(f"\n1. the criterion on (N = {shape['n']}, V) logits, forward + backward:\n{bench.format_table(crit)}")
     n, hidden = shape["linear"]
     lin = [r for v in shape["vocabs"] for d in dtypes
