@@ -15,6 +15,7 @@ from scaletrain.ops import cross_entropy
 from scaletrain.ops.backends import KERNELS_DIR
 from scaletrain.ops.toolchain.isolated import IsolatedWorker
 from scaletrain.testing import TOLERANCE, assert_close
+from launches import RecordedLaunches  # tests/ is on sys.path
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
                                   reason="the triton package is not installed (Linux x86-64 only)")
@@ -91,14 +92,7 @@ def chunk_variants_case():
     from scaletrain.ops.cross_entropy import cross_entropy
     from scaletrain.ops.launch_variants import chunk_variants
     kernels = load_kernel_module(KERNELS_DIR / "cross_entropy_triton.py")
-    rule, real, seen = kernels._block_v, kernels.cross_entropy_fwd_kernel, []
-
-    class Recorded:
-        def __getitem__(self, grid):
-            def launch(*args, **kwargs):
-                seen.append((kwargs["BLOCK_V"], kwargs["num_warps"]))
-                return real[grid](*args, **kwargs)
-            return launch
+    rule, real = kernels._block_v, kernels.cross_entropy_fwd_kernel
     torch.manual_seed(5)
     x, y = (torch.randn(6, 9000) * 3).requires_grad_(), torch.randint(0, 9000, (6,))
     results = {}
@@ -109,7 +103,7 @@ def chunk_variants_case():
         loss.backward()
         results[label] = (loss.detach(), x.grad.clone())
     try:
-        kernels.cross_entropy_fwd_kernel = Recorded()
+        kernels.cross_entropy_fwd_kernel = recorded = RecordedLaunches(real)
         run("default")
         for label, variant in chunk_variants(lambda: run("variant")).items():
             variant()
@@ -117,6 +111,7 @@ def chunk_variants_case():
             assert_close(results["variant"][1], results["default"][1], rtol=1e-6, what=f"{label}: dlogits")
     finally:
         kernels.cross_entropy_fwd_kernel = real
+    seen = [(kwargs["BLOCK_V"], kwargs["num_warps"]) for _, kwargs in recorded.seen]
     assert seen == [(16384, 32), (4096, 8), (8192, 16)]  # 9000 logits: the interpreter's rule takes the row
     assert kernels._block_v is rule
 

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from scaletrain.ops import layer_norm, softmax
 from scaletrain.ops.toolchain.isolated import IsolatedWorker
 from scaletrain.testing import TOLERANCE, assert_close
+from launches import RecordedLaunches  # tests/ is on sys.path
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
                                 reason="the triton package is not installed (Linux x86-64 only)")
@@ -140,21 +141,16 @@ def two_pass_benchmark_row_case():
     backends = benchmark._backends_for("layer_norm", "bwd", {"triton": get_backend("triton")})
     assert set(backends) == {"triton", "triton 2-pass"}
     assert set(benchmark._backends_for("softmax", "bwd", {"triton": get_backend("triton")})) == {"triton"}
-    second, launches = ln.layer_norm_bwd_dwdb_kernel, []
-
-    class Counted:
-        def __getitem__(self, grid):
-            launches.append(grid)
-            return second[grid]
+    second = ln.layer_norm_bwd_dwdb_kernel
     torch.manual_seed(3)
     x, dy, w = torch.randn(300, 200), torch.randn(300, 200), torch.randn(200)
     _, mean, rstd = ln.layer_norm_fwd(x, w, None, 1e-5)
     try:
-        ln.layer_norm_bwd_dwdb_kernel = Counted()
+        ln.layer_norm_bwd_dwdb_kernel = recorded = RecordedLaunches(second)
         one = backends["triton"].layer_norm_bwd(dy, x, w, mean, rstd, True, True)
-        assert not launches, "one pass: no second kernel"
+        assert not recorded.seen, "one pass: no second kernel"
         two = backends["triton 2-pass"].layer_norm_bwd(dy, x, w, mean, rstd, True, True)
-        assert len(launches) == 1 and ln.FUSE_DWDB
+        assert len(recorded.seen) == 1 and ln.FUSE_DWDB
     finally:
         ln.layer_norm_bwd_dwdb_kernel = second
     for a, b in zip(one, two):
@@ -168,14 +164,7 @@ def launch_variants_case():
     from scaletrain.ops.backends import KERNELS_DIR, get_backend, load_kernel_module
     from scaletrain.ops.launch_variants import variant_backends
     sm, ln = (load_kernel_module(KERNELS_DIR / f) for f in ("softmax_triton.py", "layer_norm_triton.py"))
-    real, seen = sm.softmax_fwd_kernel, []
-
-    class Recorded:
-        def __getitem__(self, grid):
-            def launch(*args, **kwargs):
-                seen.append((kwargs["num_warps"], kwargs["BLOCK_M"]))
-                return real[grid](*args, **kwargs)
-            return launch
+    real = sm.softmax_fwd_kernel
     torch.manual_seed(4)
     x, dy, w, b = torch.randn(300, 200), torch.randn(300, 200), torch.randn(200), torch.randn(200)
     default, backends = get_backend("triton"), variant_backends()
@@ -183,7 +172,7 @@ def launch_variants_case():
     expected = [default.softmax_fwd(x, None, 0), default.softmax_bwd(y, dy), y,
                 *default.layer_norm_bwd(dy, x, w, mean, rstd, True, True)]
     try:
-        sm.softmax_fwd_kernel = Recorded()
+        sm.softmax_fwd_kernel = recorded = RecordedLaunches(real)
         for name, be in backends.items():
             got = [be.softmax_fwd(x, None, 0), be.softmax_bwd(y, dy), be.layer_norm_fwd(x, w, b, 1e-5)[0],
                    *be.layer_norm_bwd(dy, x, w, mean, rstd, True, True)]
@@ -192,6 +181,7 @@ def launch_variants_case():
     finally:
         sm.softmax_fwd_kernel = real
     # 200 columns -> 256 a row; the interpreter's own rule: 256 rows (65536 elements), 16 warps
+    seen = [(kwargs["num_warps"], kwargs["BLOCK_M"]) for _, kwargs in recorded.seen]
     assert dict(zip(backends, seen)) == {"triton 4 warps": (4, 256), "triton 16 warps": (16, 256),
                                          "triton 2k/program": (4, 8), "triton 16k/program": (16, 64)}
     assert all(m._num_warps is tiles.num_warps and m.tile_shape is tiles.tile_shape for m in (sm, ln))
