@@ -193,3 +193,20 @@ def test_zero_distributed(name: str, ckpt_dir: str) -> None:
     results = _results(WORLD, ckpt_dir)
     assert name in results, f"check {name!r} did not run"
     assert results[name] is None, results[name]
+
+
+def test_the_test_gpts_key_bias_gradient_is_its_exact_zero_and_nothing_else_changes():
+    """The key bias's computed gradient is rounding noise around an exact 0 (softmax ignores q·b_k,
+    one constant per query), which Adam would amplify differently in each summation order
+    (verify.RTOL): the test GPT rounds it to 0 and leaves every other gradient as computed."""
+    hooked, plain = verify.make_model("gpt", 0), verify.GPT(verify.GPT_CFG, seed=0)
+    for model in (hooked, plain):
+        verify.micro_batch_loss(model, seed=0, step=0, rank=0).backward()
+    h = verify.GPT_CFG.n_embd
+    for (name, p), q in zip(hooked.named_parameters(), plain.parameters()):
+        if name.endswith("attn.qkv.bias"):
+            assert torch.equal(p.grad[h:2 * h], torch.zeros(h)), name
+            assert q.grad[h:2 * h].abs().max() <= 1e-6 * q.grad.abs().max(), f"{name}: the key bias is not dead"
+            assert torch.equal(p.grad[:h], q.grad[:h]) and torch.equal(p.grad[2 * h:], q.grad[2 * h:]), name
+        else:
+            assert torch.equal(p.grad, q.grad), name

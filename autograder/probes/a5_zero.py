@@ -50,10 +50,11 @@ def build_model(spec: dict, seed: int):
     import torch
     import torch.nn as nn
     from scaletrain.models import GPT, MLP, GPTConfig
+    from scaletrain.zero.verify import exact_key_bias_gradients
 
     kind = spec["kind"]
     if kind == "gpt":
-        model = GPT(GPTConfig(**spec["config"]), seed=seed)
+        model = exact_key_bias_gradients(GPT(GPTConfig(**spec["config"]), seed=seed))
     elif kind == "mlp":
         model = MLP(list(spec["sizes"]), seed=seed)
         if spec.get("frozen_first"):
