@@ -236,7 +236,8 @@ def cmd_selftest(args) -> int:
     for name in names:
         for case in run_selftest(name, device=device, progress=lambda s: print(s, file=sys.stderr)):
             ok &= case.ok
-            print(f"{'PASS' if case.ok else 'FAIL'}  {case.case}" + (f"\n      {case.detail}" if case.detail else ""))
+            print(f"{'PASS' if case.ok else 'FAIL'}  {case.case} ({case.seconds:.1f} s)"
+                  + (f"\n      {case.detail}" if case.detail else ""))
     return EXIT_OK if ok else EXIT_FAILED
 
 

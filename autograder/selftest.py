@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -22,6 +24,7 @@ class CaseResult:
     case: str
     ok: bool
     detail: str
+    seconds: float = 0.0  # the case's wall time (beside another case: the stub and plants run two at a time)
 
 
 def _mismatches(results: list[Result], allowed: set[str]) -> list[str]:
@@ -92,9 +95,15 @@ def run_selftest(assignment: str, *, device: str = "cpu",
     planted cases, two at a time: much of their time is spent waiting for a hang's time limit.
     All of them import one grading build of the library."""
     m = get_manifest(assignment)
+
+    def timed(check, arg) -> CaseResult:
+        start = time.perf_counter()
+        case = check(arg, device, progress, build)
+        return dataclasses.replace(case, seconds=time.perf_counter() - start)
+
     with zygote.preloaded(), shared_build(m) as build:
-        cases = [check_solution(m, device, progress, build)]
+        cases = [timed(check_solution, m)]
         jobs = [(check_stub, m), (check_hostile_files, m)] + [(partial(check_planted, m), p) for p in m.planted]
         with ThreadPoolExecutor(max_workers=2) as pool:
-            cases += pool.map(lambda job: job[0](job[1], device, progress, build), jobs)
+            cases += pool.map(lambda job: timed(*job), jobs)
     return cases

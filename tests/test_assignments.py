@@ -19,8 +19,9 @@ MANIFESTS = all_manifests()
 def test_selftest_solution_stub_and_planted_submissions(assignment):
     cases = run_selftest(assignment)
     assert len(cases) == 3 + len(MANIFESTS[assignment].planted)  # solution, stub, hostile files, plants
-    failures = [f"{c.case}: {c.detail}" for c in cases if not c.ok]
+    failures = [f"{c.case} ({c.seconds:.0f} s): {c.detail}" for c in cases if not c.ok]
     assert not failures, "\n".join(failures)
+    assert all(c.seconds > 0 for c in cases), "each case's wall time is reported (selftest prints it)"
 
 
 @pytest.mark.parametrize("assignment", list(MANIFESTS))

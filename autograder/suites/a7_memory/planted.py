@@ -120,7 +120,7 @@ PLANTED = (
              "            grown = self.scale * self.growth_factor\n"),
             groups=("scaler",), expect={C_SCALE: "passed", C_ODD: "failed", C_SKIP: "passed"}),
     Planted("infinite loop in update", LS, (_UPDATE, "        while True:\n            pass\n" + _UPDATE),
-            groups=("scaler",), timeout_s=25, expect={C_SCALE: "timeout", C_ODD: "timeout", C_SKIP: "timeout"}),
+            groups=("scaler",), timeout_s=10, expect={C_SCALE: "timeout", C_ODD: "timeout", C_SKIP: "timeout"}),
     *_attacks(),
     Planted("recomputes without restoring the RNG state (dropout masks differ)", CF,
             ("            if ctx.preserve_rng_state:\n                torch.set_rng_state(ctx.cpu_rng)\n",

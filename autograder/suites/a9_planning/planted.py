@@ -102,13 +102,15 @@ _SEARCH = (
             ("                for stages in (stage_options(model, pp) if uneven_stages else [None]):",
              "                for stages in [None]:"), groups=("search",),
             expect={C_CAND_STAGES: "failed", C_CAND_DEGREES: "passed", C_CAND_OPTIONS: "passed"}),
+    # quadratic, as a product over the degrees grows: 6144 GPUs sleep 24 s, past judge_search.SCALE_SECONDS
+    # (20) on the first model (one wait, not two); the public search's 1024 GPUs, 0.7 s
     Planted("enumeration whose time grows with the GPU count (a sleep standing in for a product over all t, p, d)",
-            SF, ("    switches = dict(", "    import time\n    time.sleep(gpus / 500)\n    switches = dict("),
+            SF, ("    switches = dict(", "    import time\n    time.sleep(24 * (gpus / 6144) ** 2)\n    switches = dict("),
             groups=("search",), expect={C_CAND_SCALE: "failed", C_CAND_DEGREES: "passed", C_SEARCH_OPT: "passed"}),
     Planted("infinite loop in candidate_layouts", SF,
             ("                dp = gpus // (tp * cp * pp)\n",
              "                dp = gpus // (tp * cp * pp)\n                while True:\n                    pass\n"),
-            groups=("search",), timeout_s=30, expect={C_CAND_DEGREES: "timeout", C_SEARCH_OPT: "timeout"}),
+            groups=("search",), timeout_s=12, expect={C_CAND_DEGREES: "timeout", C_SEARCH_OPT: "timeout"}),
     Planted("syntax error in the search", SF, ("def search(", "def search(,"),
             expect={C_CAND_DEGREES: "error", C_SEARCH_OPT: "error", C_CP_PAYS: "error", C_LAYER_GPT: "passed",
                     C_STAGE_COMPUTE: "passed"}),
