@@ -29,6 +29,15 @@ def test_the_matmul_counts_two_flops_per_multiply_add(monkeypatch):
     assert ceiling.measure_matmul("cpu", size=64, dtype=torch.float32) == pytest.approx(2 * 64**3 / 1e12)
 
 
+def test_a_roof_takes_the_fastest_repetition_a_ceiling_the_median(monkeypatch):
+    """The profile's roofline (best: noise only slows a run) and the kernel benchmark's ceiling
+    (the median, as its rows) time the same copy and product."""
+    monkeypatch.setattr(bench, "time_fn", lambda fn, **_: (fn(), bench.Timing((1.0, 2.0, 4.0)))[1])
+    assert ceiling.measure_copy("cpu", mib=1) == pytest.approx(2 * 2**20 / 1e9 / 2.0)
+    assert ceiling.measure_copy("cpu", mib=1, best=True) == pytest.approx(2 * 2**20 / 1e9)
+    assert ceiling.measure_matmul("cpu", size=8, dtype=torch.float32, best=True) == pytest.approx(2 * 8**3 / 1e12)
+
+
 def test_measured_on_this_cpu_with_no_datasheet():
     c = ceiling.measure("cpu", quick=True)
     assert c.copy_gbps > 0 and math.isfinite(c.copy_gbps) and c.matmul_tflops > 0 and c.matmul_dtype == "fp32"

@@ -30,12 +30,13 @@ from scaletrain.bench import time_fn
 from scaletrain.comm.cost_model import AlphaBeta, Sample, fit
 from scaletrain.launch import spawn
 from scaletrain.models import GPT, GPTConfig, make_batch
+from scaletrain.ops import ceiling
 from scaletrain.plan.efficiency import GemmEfficiency
 from scaletrain.plan.flops import iteration_flops
 from scaletrain.plan.prediction import predict
 from scaletrain.plan.specs import ClusterSpec, Layout, ModelSpec
 
-__all__ = ["LOOP_CONFIG", "model_spec", "fp32_link", "measure_matmul_flops", "measure", "local_cluster",
+__all__ = ["LOOP_CONFIG", "model_spec", "fp32_link", "measure", "local_cluster",
            "LoopRow", "close_the_loop"]
 
 # big enough that a step is GEMM time, not Python, on one core; small enough for a test
@@ -51,13 +52,6 @@ def model_spec(cfg: GPTConfig) -> ModelSpec:
 def fp32_link(link: AlphaBeta) -> AlphaBeta:
     """The planner moves 2-byte values; an fp32 run moves 4: the same link at half the bandwidth."""
     return AlphaBeta(alpha_s=link.alpha_s, beta_s_per_byte=2 * link.beta_s_per_byte)
-
-
-def measure_matmul_flops(n: int = 512, reps: int = 10) -> float:
-    """FLOP/s of an n×n×n fp32 matmul on this thread (median of `reps`)."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    t = time_fn(torch.mm, setup=lambda: (a, b), warmup=2, reps=reps)
-    return 2 * n ** 3 / t.median
 
 
 class _Stage(nn.Module):
@@ -87,7 +81,7 @@ def _measure_rank(rank: int, p: int, cfg: GPTConfig, microbatch: int, m: int, re
     from scaletrain.pipeline import PipelineExecutor, one_f_one_b
 
     group, out = dist.group.WORLD, {}
-    out["matmul_flops"] = measure_matmul_flops()
+    out["matmul_flops"] = ceiling.measure_matmul("cpu", size=512, dtype=torch.float32) * 1e12  # median of 10
     samples = []
     for nbytes in SIZES:
         t = time_fn(dist.all_reduce, setup=lambda n=nbytes: (torch.ones(n // 4),), warmup=2, reps=reps, group=group)

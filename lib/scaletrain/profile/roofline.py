@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from scaletrain import bench
+from scaletrain.ops import ceiling
 
 __all__ = ["Machine", "attainable", "measure_machine"]
 
@@ -41,34 +41,14 @@ def attainable(machine: Machine, intensity: float) -> float:
 
 def measure_machine(device: str = "cpu", *, matmul_n: int | None = None, copy_mb: int | None = None,
                     dtype: torch.dtype = torch.float32, reps: int = 5) -> Machine:
-    """Peak FLOP/s from n×n matmuls (and n/4, n/2) and bandwidth from a copy, both timed on `device`.
+    """Peak FLOP/s from n×n matmuls (and n/4, n/2) and bandwidth from a copy, both timed on `device`
+    by module 1's ceilings (`scaletrain.ops.ceiling`, the fastest repetition), a GPU spun up first.
     Defaults: n = 1024 and 64 MB on a CPU (seconds), n = 8192 and 1 GB on a GPU (past L2)."""
     cuda = device.startswith("cuda")
     n = matmul_n or (8192 if cuda else 1024)
     mb = copy_mb or (1024 if cuda else 64)
-    if cuda:
-        _spin_up(n, device, dtype)
-    peak = max(_matmul_rate(size, device, dtype, reps) for size in (n // 4, n // 2, n))
-    src = torch.empty(mb * 2**20 // (torch.finfo(dtype).bits // 8), device=device, dtype=dtype).uniform_()
-    dst = torch.empty_like(src)
-    cp = bench.time_fn(lambda: dst.copy_(src), warmup=2, reps=reps, device=device)
-    return Machine(peak_flops=peak, bandwidth=2 * src.nbytes / min(cp.samples), device=device)
-
-
-def _matmul_rate(n: int, device: str, dtype: torch.dtype, reps: int) -> float:
-    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
-    return 2 * n**3 / min(bench.time_fn(lambda: torch.mm(a, b), warmup=2, reps=reps, device=device).samples)
-
-
-def _spin_up(n: int, device: str, dtype: torch.dtype, seconds: float = 0.5) -> None:
-    """Keep the GPU busy for `seconds` before the roof is timed: an idle GPU clocks down (an H200 read
-    345 MHz idle, 1980 MHz under load) and takes longer than two warm-up products to clock up. The
-    first GPU profile (H200, 2026-11-27) measured its fp32 roof cold, and the model's own matmuls
-    then ran at 105 % of it."""
-    import time
-
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        torch.mm(a, a)
-        torch.cuda.synchronize(device)
+    ceiling.spin_up(device, size=n, dtype=dtype)
+    peak = max(ceiling.measure_matmul(device, size=size, dtype=dtype, reps=reps, best=True)
+               for size in (n // 4, n // 2, n))
+    return Machine(peak_flops=peak * 1e12, bandwidth=ceiling.measure_copy(device, mib=mb, reps=reps, best=True) * 1e9,
+                   device=device)
