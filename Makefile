@@ -31,16 +31,22 @@ demo: setup
 	  code=$$?; if [ $$code -eq 3 ]; then echo "(GPU-only checks were not run: no CUDA device here)"; \
 	  elif [ $$code -ne 0 ]; then exit $$code; fi
 
+# The deployment paths followed in temporary folders: the student repository built from a release,
+# the Gradescope packages, the class regrade, the benchmarks under torchrun (minutes: run with the
+# deployments, so that `make test` keeps within 15 minutes on two cores).
+DEPLOY_PATHS = tests/test_student_release.py tests/test_gradescope.py tests/test_regrade.py tests/test_torchrun.py
+
 # Two pytest workers, one test file (or notebook) at a time each. The deployments have their own target.
 test: setup
 	$(BIN)/python -m autograder release --check
-	$(BIN)/python -m pytest -n 2 --ignore=tests/deploy
+	$(BIN)/python -m pytest -n 2 --ignore=tests/deploy $(addprefix --ignore=,$(DEPLOY_PATHS))
 
-# The deployments as deployed (minutes; CI runs it after `make test`): a Gradescope package unzipped
-# at /autograder and installed by its own setup.sh (root: a private mount namespace), and a fresh
+# The deployments (CI runs it after `make test`): DEPLOY_PATHS, then as deployed: a Gradescope package
+# unzipped at /autograder and installed by its own setup.sh (root: a private mount namespace), a fresh
 # clone of the student repository set up by its own `make setup`, its notebooks run on the stubs, and
 # what gpu-check runs through the Triton interpreter, under the GPU machine's Triton (3.6).
 deploy-test: setup
+	$(BIN)/python -m pytest -n 2 $(DEPLOY_PATHS)
 	$(BIN)/python -m pytest -n 0 -s tests/deploy
 
 selftest: setup
