@@ -91,14 +91,19 @@ def matmul_flops(m: int, n: int, k: int) -> int:
     return 2 * m * n * k
 
 
+def _seconds(t: bench.Timing, best: bool) -> float:
+    """The fastest repetition (a roof: noise only ever slows a run down) or the median (as the rows)."""
+    return min(t.samples) if best else t.median
+
+
 def measure_copy(device: str, *, mib: int, reps: int = 10, best: bool = False) -> float:
     """GB/s of dst.copy_(src) for fp32 buffers of `mib` MiB each: larger than the last-level cache
     (L2 is flushed between reps on a GPU anyway), so the figure is DRAM's, not a cache's. The median
-    of `reps`, or with `best` the fastest (a roof: noise only ever slows a run down)."""
+    of `reps`, or with `best` the fastest."""
     numel = mib * 2**20 // 4
     src, dst = torch.randn(numel, device=device), torch.empty(numel, device=device)
     t = bench.time_fn(lambda: dst.copy_(src), warmup=2, reps=reps, device=device)
-    return bench.gbps(copy_bytes(numel, 4), min(t.samples) if best else t.median)
+    return bench.gbps(copy_bytes(numel, 4), _seconds(t, best))
 
 
 def measure_matmul(device: str, *, size: int, dtype: torch.dtype, reps: int = 10, best: bool = False) -> float:
@@ -107,7 +112,7 @@ def measure_matmul(device: str, *, size: int, dtype: torch.dtype, reps: int = 10
     The median of `reps`, or with `best` the fastest."""
     a, b = (torch.randn(size, size, device=device).to(dtype) for _ in range(2))
     t = bench.time_fn(lambda: a @ b, warmup=2, reps=reps, device=device)
-    return matmul_flops(size, size, size) / (min(t.samples) if best else t.median) / 1e12
+    return matmul_flops(size, size, size) / _seconds(t, best) / 1e12
 
 
 def spin_up(device: str, *, size: int, dtype: torch.dtype, seconds: float = 0.5) -> None:
